@@ -1,0 +1,35 @@
+# `make demo` and `make test` work on a fresh machine: they build .venv with Python 3.12
+# (current mitmproxy needs it; plain python3 here may be 3.11) and install the project into it.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+PYTHON312 := $(shell for c in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 /usr/bin/python3.12; do \
+	$$c -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && { echo $$c; break; }; done)
+
+.PHONY: venv demo test lint bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -n "$(PYTHON312)" || { echo "error: Python 3.12 not found (tried python3.12 and pyenv versions)"; exit 2; }
+	test -x $(PY) || $(PYTHON312) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/llmreplay demo --out demo-out
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: $(STAMP) lint
+	$(VENV)/bin/pytest -q
+
+bench: $(STAMP)
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) demo-out .pytest_cache

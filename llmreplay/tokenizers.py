@@ -1,0 +1,143 @@
+"""Tokenizers behind one small interface: count, encode, decode, id.
+
+Three implementations: the offline default (Mistral's Tekken vocabulary, shipped inside the
+`mistral-common` wheel, so nothing is downloaded at run time), a Hugging Face `tokenizer.json`
+file, and a tiktoken encoding. Counts never include BOS/EOS or chat-template tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+from typing import Protocol
+
+from llmreplay.errors import BadInput
+
+DEFAULT_TOKENIZER = "mistral-tekken"
+
+
+class Tokenizer(Protocol):
+    id: str
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def count(self, text: str) -> int: ...
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]: ...
+
+
+class TekkenTokenizer:
+    """Mistral's Tekken BPE (tiktoken-based, 131k vocabulary), as used by Mistral NeMo and later."""
+
+    def __init__(self, path: Path, name: str):
+        from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+        self._tekken = Tekkenizer.from_file(path)
+        self.id = name
+
+    def encode(self, text: str) -> list[int]:
+        return self._tekken.encode(text, bos=False, eos=False)
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tekken.decode(list(ids))
+
+    def count(self, text: str) -> int:
+        return len(self._tekken.encode(text, bos=False, eos=False))
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [self.encode(text) for text in texts]
+
+
+class TiktokenTokenizer:
+    """A tiktoken encoding by name (it must be available offline: cached or from a plugin package)."""
+
+    def __init__(self, encoding, name: str):
+        self._encoding = encoding
+        self.id = name
+
+    def encode(self, text: str) -> list[int]:
+        return self._encoding.encode_ordinary(text)
+
+    def decode(self, ids: list[int]) -> str:
+        return self._encoding.decode(list(ids))
+
+    def count(self, text: str) -> int:
+        return len(self._encoding.encode_ordinary(text))
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self._encoding.encode_ordinary_batch(texts)
+
+
+class HuggingFaceTokenizer:
+    """A `tokenizer.json` file read by the `tokenizers` library (no model hub access)."""
+
+    def __init__(self, path: Path):
+        from tokenizers import Tokenizer as HFTokenizer
+
+        self._tokenizer = HFTokenizer.from_file(str(path))
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+        self.id = f"hf:{path.name}#{digest}"
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self._tokenizer.encode_batch(texts, add_special_tokens=False)]
+
+
+def _tekken_path() -> Path:
+    import mistral_common
+
+    return Path(mistral_common.__file__).parent / "data" / "tekken_240911.json"
+
+
+@functools.lru_cache(maxsize=8)
+def load_tokenizer(spec: str | None = None) -> Tokenizer:
+    """Resolve `--tokenizer`: a name (`mistral-tekken`, `tiktoken:<encoding>`) or a file path.
+
+    A path ending in `.json` is a Hugging Face tokenizer file. Raises BadInput when it does not load.
+    """
+    spec = spec or DEFAULT_TOKENIZER
+    if spec == DEFAULT_TOKENIZER:
+        return TekkenTokenizer(_tekken_path(), DEFAULT_TOKENIZER)
+    if spec.startswith("tiktoken:"):
+        return _load_tiktoken(spec.removeprefix("tiktoken:"))
+    path = Path(spec.removeprefix("hf:"))
+    if path.suffix == ".json" or spec.startswith("hf:"):
+        if not path.is_file():
+            raise BadInput(f"--tokenizer {spec}: no such file")
+        try:
+            return HuggingFaceTokenizer(path)
+        except Exception as exc:  # the tokenizers library raises plain Exception subclasses
+            raise BadInput(f"--tokenizer {spec}: not a Hugging Face tokenizer.json ({_first_line(exc)})") from None
+    raise BadInput(
+        f"--tokenizer {spec}: unknown tokenizer (use '{DEFAULT_TOKENIZER}', 'tiktoken:<encoding>' "
+        "or a path to a Hugging Face tokenizer.json)"
+    )
+
+
+def _load_tiktoken(name: str) -> TiktokenTokenizer:
+    import tiktoken
+
+    try:
+        encoding = tiktoken.get_encoding(name)
+    except Exception as exc:  # tiktoken raises ValueError for unknown names, network errors when not cached
+        raise BadInput(
+            f"--tokenizer tiktoken:{name}: encoding not available offline ({_first_line(exc)}); "
+            f"known here: {', '.join(sorted(tiktoken.list_encoding_names()))}"
+        ) from None
+    return TiktokenTokenizer(encoding, f"tiktoken:{name}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

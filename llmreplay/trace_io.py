@@ -1,0 +1,295 @@
+"""Reading and writing trace files: validation at the edge, atomic writes, streaming batches.
+
+A trace is one Parquet file or a directory of them (for example one file per hour).
+Files appear only when complete: writers use a temporary name and rename at the end.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from llmreplay.errors import BadInput
+from llmreplay.trace_format import (
+    CONTENT_COLUMN_NAMES,
+    CONTENT_COLUMNS,
+    METADATA_KEY,
+    NON_NEGATIVE_COLUMNS,
+    READABLE_MAJOR_VERSIONS,
+    SHAPE_COLUMNS,
+    TraceMeta,
+    TraceRecord,
+    major_version,
+    trace_schema,
+)
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A whole trace in memory, sorted by arrival."""
+
+    table: pa.Table
+    meta: TraceMeta
+    files: tuple[Path, ...]
+
+    @property
+    def has_content(self) -> bool:
+        return all(name in self.table.column_names for name in CONTENT_COLUMN_NAMES)
+
+    def records(self) -> Iterator[TraceRecord]:
+        for batch in self.table.to_batches():
+            for row in batch.to_pylist():
+                yield TraceRecord.from_row(row)
+
+
+def trace_files(path: str | os.PathLike) -> list[Path]:
+    """The Parquet files that make up the trace at `path`, in name order."""
+    root = Path(path)
+    if not root.exists():
+        raise BadInput(f"{root}: no such file or directory")
+    if root.is_file():
+        return [root]
+    files = sorted(p for p in root.rglob("*.parquet") if p.is_file() and not p.name.startswith("."))
+    if not files:
+        raise BadInput(f"{root}: directory holds no .parquet files")
+    return files
+
+
+def read_meta(path: str | os.PathLike) -> TraceMeta:
+    """Metadata of one trace file, after checking that it is a readable llmreplay trace."""
+    return _open(Path(path))[1]
+
+
+def _open(path: Path) -> tuple[pq.ParquetFile, TraceMeta]:
+    try:
+        handle = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise BadInput(f"{path}: not a Parquet file ({_first_line(exc)})") from None
+    raw = (handle.schema_arrow.metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        raise BadInput(f"{path}: not an llmreplay trace (no '{METADATA_KEY.decode()}' metadata key)")
+    try:
+        meta = TraceMeta.from_json(raw)
+        major = major_version(meta.format_version)
+    except (ValueError, TypeError) as exc:
+        raise BadInput(f"{path}: unreadable llmreplay metadata ({_first_line(exc)})") from None
+    if major not in READABLE_MAJOR_VERSIONS:
+        readable = ", ".join(f"{v}.x" for v in READABLE_MAJOR_VERSIONS)
+        raise BadInput(
+            f"{path}: trace format version {meta.format_version} is not supported "
+            f"(this llmreplay reads {readable}); upgrade llmreplay"
+        )
+    _check_schema(path, handle.schema_arrow)
+    return handle, meta
+
+
+def _check_schema(path: Path, schema: pa.Schema) -> None:
+    names = set(schema.names)
+    for name, expected, _ in SHAPE_COLUMNS:
+        if name not in names:
+            raise BadInput(f"{path}: column '{name}' is missing")
+        _check_type(path, name, schema.field(name).type, expected)
+    present = [name for name in CONTENT_COLUMN_NAMES if name in names]
+    if present and len(present) != len(CONTENT_COLUMN_NAMES):
+        missing = sorted(set(CONTENT_COLUMN_NAMES) - set(present))
+        raise BadInput(f"{path}: content column '{missing[0]}' is missing (content columns come as a group)")
+    for name, expected, _ in CONTENT_COLUMNS:
+        if name in names:
+            _check_type(path, name, schema.field(name).type, expected)
+
+
+def _check_type(path: Path, name: str, actual: pa.DataType, expected: pa.DataType) -> None:
+    if actual == expected or _compatible(actual, expected):
+        return
+    raise BadInput(f"{path}: column '{name}' has type {actual}, expected {expected}")
+
+
+def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
+    """Lossless-looking variants that a cast fixes: integer widths, string sizes, timestamp units."""
+    if pa.types.is_integer(expected):
+        return pa.types.is_integer(actual)
+    if pa.types.is_floating(expected):
+        return pa.types.is_floating(actual) or pa.types.is_integer(actual)
+    if pa.types.is_string(expected):
+        return pa.types.is_large_string(actual)
+    if pa.types.is_timestamp(expected):
+        return pa.types.is_timestamp(actual) and actual.tz is not None
+    if pa.types.is_list(expected):
+        return (pa.types.is_list(actual) or pa.types.is_large_list(actual)) and (
+            actual.value_type == expected.value_type or _compatible(actual.value_type, expected.value_type)
+        )
+    if pa.types.is_struct(expected) and pa.types.is_struct(actual):
+        return [f.name for f in actual] == [f.name for f in expected] and all(
+            a.type == e.type or _compatible(a.type, e.type) for a, e in zip(actual, expected, strict=True)
+        )
+    return False
+
+
+def _conform(path: Path, table: pa.Table, with_content: bool) -> pa.Table:
+    schema = trace_schema(with_content)
+    table = table.select(schema.names)
+    if table.schema.remove_metadata() == schema:
+        return table
+    try:
+        return table.cast(schema.with_metadata(table.schema.metadata))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise BadInput(f"{path}: values do not fit the trace schema ({_first_line(exc)})") from None
+
+
+def _validate_rows(path: Path, table: pa.Table, row_offset: int, seen_ids: dict[str, Path]) -> None:
+    """Row checks that the schema cannot express: nulls, negative values, order, unique ids."""
+    for name, _, nullable in SHAPE_COLUMNS:
+        column = table.column(name)
+        if not nullable and column.null_count:
+            row = _first_index(pc.is_null(column))
+            raise BadInput(f"{path}: column '{name}' row {row_offset + row}: missing value")
+    for name in NON_NEGATIVE_COLUMNS:
+        column = table.column(name)
+        negative = pc.fill_null(pc.less(column, 0), False)
+        if pc.any(negative).as_py():
+            row = _first_index(negative)
+            value = column[row].as_py()
+            raise BadInput(f"{path}: column '{name}' row {row_offset + row}: negative value {value}")
+    arrivals = table.column("arrival_time")
+    if len(arrivals) > 1:
+        backwards = pc.less(arrivals.slice(1), arrivals.slice(0, len(arrivals) - 1))
+        if pc.any(backwards).as_py():
+            row = _first_index(backwards) + 1
+            raise BadInput(f"{path}: column 'arrival_time' row {row_offset + row}: rows are not sorted by arrival")
+    for row, request_id in enumerate(table.column("request_id").to_pylist()):
+        if request_id in seen_ids:
+            first = seen_ids[request_id]
+            raise BadInput(
+                f"{path}: column 'request_id' row {row_offset + row}: duplicate id {request_id!r} (first seen in {first})"
+            )
+        seen_ids[request_id] = path
+
+
+def _first_index(mask) -> int:
+    return pc.index(mask, True).as_py()
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def read_trace(path: str | os.PathLike, columns: Iterable[str] | None = None) -> Trace:
+    """Read and validate a whole trace, sorted by arrival (stable: ties keep file order)."""
+    files = trace_files(path)
+    tables, meta = [], None
+    seen_ids: dict[str, Path] = {}
+    for file in files:
+        handle, file_meta = _open(file)
+        meta = _merge_meta(meta, file_meta, file)
+        table = _conform(file, handle.read(), with_content=_has_content(handle.schema_arrow))
+        _validate_rows(file, table, 0, seen_ids)
+        tables.append(table)
+    with_content = all(_has_content(t.schema) for t in tables)
+    if not with_content:
+        tables = [t.select(list(trace_schema(False).names)) for t in tables]
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    if len(files) > 1:
+        table = table.take(pc.sort_indices(table, sort_keys=[("arrival_time", "ascending")]))
+    if columns is not None:
+        table = table.select(list(columns))
+    return Trace(table=table, meta=meta.replace(content=with_content), files=tuple(files))
+
+
+def iter_trace_batches(
+    path: str | os.PathLike, batch_size: int = 65_536, columns: Iterable[str] | None = None
+) -> tuple[TraceMeta, Iterator[pa.RecordBatch]]:
+    """Stream a trace file by file in record batches, validating as it goes (flat memory).
+
+    Files are taken in name order, so an hour-partitioned directory streams in arrival order.
+    """
+    files = trace_files(path)
+    meta = None
+    for file in files:
+        meta = _merge_meta(meta, _open(file)[1], file)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        seen_ids: dict[str, Path] = {}
+        for file in files:
+            handle, _ = _open(file)
+            with_content = _has_content(handle.schema_arrow)
+            offset = 0
+            for batch in handle.iter_batches(batch_size=batch_size):
+                table = _conform(file, pa.Table.from_batches([batch]), with_content)
+                _validate_rows(file, table, offset, seen_ids)
+                offset += table.num_rows
+                if columns is not None:
+                    table = table.select(list(columns))
+                yield from table.to_batches()
+
+    return meta, batches()
+
+
+def _has_content(schema: pa.Schema) -> bool:
+    return all(name in schema.names for name in CONTENT_COLUMN_NAMES)
+
+
+def _merge_meta(current: TraceMeta | None, new: TraceMeta, file: Path) -> TraceMeta:
+    if current is None:
+        return new
+    if current.block_size != new.block_size:
+        raise BadInput(
+            f"{file}: block size {new.block_size} differs from {current.block_size} in other files of the trace"
+        )
+    return current
+
+
+def records_to_table(records: Iterable[TraceRecord], with_content: bool) -> pa.Table:
+    schema = trace_schema(with_content)
+    rows = [r.to_row() for r in records]
+    if not with_content:
+        rows = [{k: v for k, v in row.items() if not k.startswith("content_")} for row in rows]
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def write_trace(path: str | os.PathLike, data: pa.Table | Iterable[TraceRecord], meta: TraceMeta) -> Path:
+    """Write a whole trace file atomically (temporary name, fsync, rename)."""
+    table = data if isinstance(data, pa.Table) else records_to_table(data, meta.content)
+    with TraceWriter(path, meta) as writer:
+        writer.write_table(table)
+    return Path(path)
+
+
+class TraceWriter:
+    """Incremental writer for one trace file; the file appears under its name only on success."""
+
+    def __init__(self, path: str | os.PathLike, meta: TraceMeta, row_group_size: int = 65_536):
+        self.path = Path(path)
+        self.meta = meta
+        self.schema = trace_schema(meta.content).with_metadata({METADATA_KEY: meta.to_json()})
+        self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        self._writer: pq.ParquetWriter | None = None
+        self._row_group_size = row_group_size
+        self.rows = 0
+
+    def __enter__(self) -> TraceWriter:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._writer = pq.ParquetWriter(self._tmp, self.schema, compression="zstd")
+        return self
+
+    def write_table(self, table: pa.Table) -> None:
+        table = table.select(self.schema.names).cast(self.schema)
+        self._writer.write_table(table, row_group_size=self._row_group_size)
+        self.rows += table.num_rows
+
+    def write_records(self, records: Iterable[TraceRecord]) -> None:
+        self.write_table(records_to_table(records, self.meta.content))
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._writer.close()
+        if exc_type is not None:
+            self._tmp.unlink(missing_ok=True)
+            return
+        with open(self._tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(self._tmp, self.path)
