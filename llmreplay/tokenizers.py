@@ -118,7 +118,9 @@ def load_tokenizer(spec: str | None = None) -> Tokenizer:
         try:
             return HuggingFaceTokenizer(path)
         except Exception as exc:  # the tokenizers library raises plain Exception subclasses
-            raise BadInput(f"--tokenizer {spec}: not a Hugging Face tokenizer.json ({_first_line(exc)})") from None
+            raise BadInput(
+                f"--tokenizer {spec}: not a Hugging Face tokenizer.json ({_first_line(exc)})"
+            ) from None
     raise BadInput(
         f"--tokenizer {spec}: unknown tokenizer (use '{DEFAULT_TOKENIZER}', 'tiktoken:<encoding>' "
         "or a path to a Hugging Face tokenizer.json)"

@@ -132,7 +132,8 @@ def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
 
 
 def _conform(path: Path, table: pa.Table, with_content: bool) -> pa.Table:
-    schema = trace_schema(with_content)
+    # Nullable on read, so that a null in a required column is reported by row, not by cast.
+    schema = pa.schema([f.with_nullable(True) for f in trace_schema(with_content)])
     table = table.select(schema.names)
     if table.schema.remove_metadata() == schema:
         return table
@@ -161,7 +162,9 @@ def _validate_rows(path: Path, table: pa.Table, row_offset: int, seen_ids: dict[
         backwards = pc.less(arrivals.slice(1), arrivals.slice(0, len(arrivals) - 1))
         if pc.any(backwards).as_py():
             row = _first_index(backwards) + 1
-            raise BadInput(f"{path}: column 'arrival_time' row {row_offset + row}: rows are not sorted by arrival")
+            raise BadInput(
+                f"{path}: column 'arrival_time' row {row_offset + row}: rows are not sorted by arrival"
+            )
     for row, request_id in enumerate(table.column("request_id").to_pylist()):
         if request_id in seen_ids:
             first = seen_ids[request_id]

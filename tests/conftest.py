@@ -71,7 +71,9 @@ class ProcessPool:
             except Exception:
                 stop_process(proc)
                 log.flush()
-                raise RuntimeError(f"{name} failed to start:\n{(self.log_dir / log.name).read_text()[-3000:]}") from None
+                raise RuntimeError(
+                    f"{name} failed to start:\n{(self.log_dir / log.name).read_text()[-3000:]}"
+                ) from None
         return proc
 
     def stop_all(self) -> None:

@@ -1,0 +1,94 @@
+"""`llmreplay inspect TRACE`: the shape of a trace as a terminal table, or JSON with --json."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+@click.command("inspect")
+@click.argument("trace", type=click.Path(path_type=str))
+@click.option("--json", "as_json", is_flag=True, help="Print the full summary as JSON.")
+def inspect_trace(trace: str, as_json: bool) -> None:
+    """Show the shape of TRACE (a Parquet file or a directory of them)."""
+    from llmreplay.trace_io import read_trace
+    from llmreplay.trace_shape import describe_trace
+
+    loaded = read_trace(trace, columns=None)
+    summary = {"trace": trace, "meta": _public_meta(loaded.meta), **describe_trace(loaded.table)}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        _print_table(summary)
+
+
+def _public_meta(meta) -> dict:
+    return {
+        "format_version": meta.format_version,
+        "source": meta.source,
+        "block_size": meta.block_size,
+        "tokenizer": meta.tokenizer,
+        "content": meta.content,
+        "anonymized": meta.anonymized,
+        "clock_domain": meta.clock_domain,
+        "relative_time": meta.relative_time,
+    }
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3g}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _pcts(stats: dict) -> str:
+    return " / ".join(_fmt(v) for k, v in stats.items() if k.startswith("p"))
+
+
+def _print_table(s: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    meta = s["meta"]
+    table = Table(title=f"{s['trace']}", show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    kind = "content" if meta["content"] else "shape"
+    table.add_row(
+        "trace",
+        f"v{meta['format_version']} {kind} trace, source {meta['source']}, block size {meta['block_size']}, "
+        f"tokenizer {meta['tokenizer'] or 'unknown'}{', anonymized' if meta['anonymized'] else ''}",
+    )
+    table.add_row("requests", f"{s['requests']:,} over {s['span_s']:,.1f} s")
+    rate = s["rate_per_s"]
+    table.add_row(
+        "request rate /s",
+        f"mean {_fmt(rate['mean'])}, peak {_fmt(rate['peak_1s'])} (1 s), {_fmt(rate['peak_1min'])} (1 min)",
+    )
+    table.add_row("prompt tokens p50/p90/p99", _pcts(s["prompt_tokens"]))
+    table.add_row("completion tokens p50/p90/p99", _pcts(s["completion_tokens"]))
+    share = s["share"]
+    table.add_row(
+        "mix",
+        f"stream {share['stream']:.1%}, tools {share['tools']:.1%}, structured output "
+        f"{share['structured_output']:.1%}, errors {share['errors']:.1%}",
+    )
+    if s["errors_by_kind"]:
+        table.add_row("errors by kind", ", ".join(f"{k} {v}" for k, v in s["errors_by_kind"].items()))
+    sessions = s["sessions"]
+    table.add_row(
+        "sessions",
+        f"{sessions['count']:,} sessions holding {sessions['requests_in_sessions']:,} requests; "
+        f"turns p50/p90/p99 {_pcts(sessions['turns_per_session'])}",
+    )
+    table.add_row("think time ms p50/p90/p99", _pcts(sessions["think_time_ms"]))
+    table.add_row("prefix sharing", f"{s['prefix_sharing_ratio']:.1%} of prompt blocks seen before")
+    if s["latency_ms"]:
+        for name, stats in s["latency_ms"].items():
+            table.add_row(
+                f"production {name.upper()} ms p50/p90/p99", f"{_pcts(stats)}  (n={stats['count']:,})"
+            )
+    Console().print(table)
