@@ -1,0 +1,241 @@
+"""`llmreplay export mooncake`: a trace as Mooncake jsonl, as AIPerf (`--custom-dataset-type
+mooncake_trace --fixed-schedule`) and SGLang's bench_serving read it, to cross-check with those tools.
+
+Streams the trace in batches; the file appears only when complete. Imports only the core.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+from llmreplay.errors import BadInput
+
+MOONCAKE_BLOCK_SIZE = 512  # what SGLang and AIPerf assume unless told (AIPerf: --isl-block-size)
+SESSION_TIMINGS = ("timestamp", "delay")
+_COLUMNS = (
+    "request_id",
+    "session_id",
+    "turn_index",
+    "think_time_ns",
+    "arrival_time",
+    "endpoint",
+    "prompt_tokens",
+    "completion_tokens",
+    "prefix_block_hashes",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MooncakeExportConfig:
+    trace_path: Path
+    output_path: Path
+    force: bool = False
+    block_size: int = MOONCAKE_BLOCK_SIZE  # block size of the written hash_ids
+    # "timestamp": every row keeps its arrival (SGLang needs it; AIPerf sends a later turn at its
+    # timestamp, not before the previous answer). "delay": later turns carry AIPerf's `delay` (think
+    # time, ms after the previous answer) instead, as llmreplay replays sessions.
+    session_timing: str = "timestamp"
+
+
+@dataclass(slots=True)
+class ExportSummary:
+    rows_written: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+class HashIdMapper:
+    """Our keyed 63-bit hashes -> small dense ints in order of first appearance (equal stays equal)."""
+
+    def __init__(self):
+        self._ids: dict[int, int] = {}
+
+    def __call__(self, hashes: list[int]) -> list[int]:
+        ids = self._ids
+        return [ids.setdefault(h, len(ids)) for h in hashes]
+
+
+def reblock(hashes: list[int], prompt_tokens: int, source_block: int, target_block: int) -> list[int]:
+    """Hashes for `target_block`-token blocks from chained hashes of `source_block`-token blocks.
+
+    A chained hash covers the whole prefix up to its block's end, so the hash ending at each target
+    boundary is the source hash ending there (target must be a multiple of source).
+    """
+    if target_block == source_block or not hashes:
+        return hashes
+    factor = target_block // source_block
+    count = -(-prompt_tokens // target_block)
+    last = len(hashes) - 1
+    return [hashes[min((k + 1) * factor - 1, last)] for k in range(count)]
+
+
+def mooncake_rows(
+    batches: Iterator, config: MooncakeExportConfig, source_block: int, origin_us: int | None, keep_ids: bool
+) -> Iterator[dict | tuple[str, str]]:
+    """Mooncake dicts, or ("skip", reason) for rows Mooncake cannot express. Pure over batches."""
+    mapper = None if keep_ids else HashIdMapper()
+    for batch in batches:
+        for row in batch.to_pylist():
+            if row["endpoint"] == "embeddings":
+                yield ("skip", "embeddings request (no generation)")
+                continue
+            if row["completion_tokens"] is None:
+                yield ("skip", "no completion_tokens recorded")
+                continue
+            yield _mooncake_row(row, config, source_block, origin_us, mapper)
+
+
+def _mooncake_row(row: dict, config, source_block: int, origin_us: int | None, mapper) -> dict:
+    arrival_us = row["arrival_time"]
+    if origin_us is None:
+        origin_us = 0
+    hashes = reblock(row["prefix_block_hashes"], row["prompt_tokens"], source_block, config.block_size)
+    out: dict = {}
+    delay_ms = _delay_ms(row) if config.session_timing == "delay" else None
+    if delay_ms is None:
+        out["timestamp"] = (arrival_us - origin_us + 500) // 1000
+    out["input_length"] = row["prompt_tokens"]
+    out["output_length"] = row["completion_tokens"]
+    out["hash_ids"] = hashes if mapper is None else mapper(hashes)
+    if row["session_id"] is not None:
+        out["session_id"] = row["session_id"]
+        if delay_ms is not None:
+            out["delay"] = delay_ms
+    return out
+
+
+def _delay_ms(row: dict) -> int | float | None:
+    if row["session_id"] is None or row["turn_index"] == 0 or row["think_time_ns"] is None:
+        return None
+    think_ns = row["think_time_ns"]
+    return think_ns // 1_000_000 if think_ns % 1_000_000 == 0 else round(think_ns / 1_000_000, 3)
+
+
+def check_block_sizes(trace_block: int, config: MooncakeExportConfig, block_size_given: bool) -> list[str]:
+    """Refuse what cannot be expressed exactly; warnings for what the target tools must be told."""
+    target = config.block_size
+    if target <= 0:
+        raise BadInput(f"--block-size {target}: must be a positive number of tokens")
+    if target % trace_block:
+        hint = (
+            ""
+            if block_size_given
+            else f"; pass --block-size {trace_block} and tell AIPerf --isl-block-size {trace_block}"
+        )
+        raise BadInput(
+            f"{config.trace_path}: the trace hashes {trace_block}-token blocks, which cannot make "
+            f"{target}-token hash_ids (a block size must be a multiple of the trace's){hint}"
+        )
+    if target != MOONCAKE_BLOCK_SIZE:
+        return [
+            f"hash_ids stand for {target}-token blocks; SGLang bench_serving assumes 512 and AIPerf needs "
+            f"--isl-block-size {target}"
+        ]
+    return []
+
+
+def export_mooncake(config: MooncakeExportConfig, block_size_given: bool = False) -> ExportSummary:
+    import orjson
+
+    from llmreplay.importers.source_request import HASH_ID_ORIGIN_KEY, SOURCE_IDS
+    from llmreplay.trace_io import iter_trace_batches
+
+    if config.session_timing not in SESSION_TIMINGS:
+        raise BadInput(f"--session-timing {config.session_timing}: one of {', '.join(SESSION_TIMINGS)}")
+    _check_output(config)
+    meta, batches = iter_trace_batches(config.trace_path, columns=_COLUMNS)
+    summary = ExportSummary(warnings=check_block_sizes(meta.block_size, config, block_size_given))
+    keep_ids = meta.extra.get(HASH_ID_ORIGIN_KEY) == SOURCE_IDS
+    batches = _cast_arrival(batches)
+    first = next(batches, None)
+    if first is None:
+        raise BadInput(f"{config.trace_path}: the trace has no rows")
+    origin_us = None if meta.relative_time else first.column("arrival_time")[0].as_py()
+    rows = mooncake_rows(_chain(first, batches), config, meta.block_size, origin_us, keep_ids)
+    tmp = config.output_path.with_name(f".{config.output_path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as handle:
+            for row in rows:
+                if isinstance(row, tuple):
+                    summary.skipped[row[1]] = summary.skipped.get(row[1], 0) + 1
+                    continue
+                handle.write(orjson.dumps(row))
+                handle.write(b"\n")
+                summary.rows_written += 1
+            handle.flush()
+            os.fsync(handle.fileno())
+        if not summary.rows_written:
+            raise BadInput(f"{config.trace_path}: no row can be written as Mooncake ({summary.skipped})")
+        os.replace(tmp, config.output_path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return summary
+
+
+def _check_output(config: MooncakeExportConfig) -> None:
+    out = config.output_path
+    if out.is_dir():
+        raise BadInput(f"{out}: is a directory; give a file name for the jsonl")
+    if out.exists() and not config.force:
+        raise BadInput(f"{out}: already exists (use --force to replace it)")
+    if not out.parent.is_dir():
+        raise BadInput(f"{out}: directory {out.parent} does not exist")
+
+
+def _cast_arrival(batches):
+    """arrival_time as integer microseconds since the epoch."""
+    import pyarrow as pa
+
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        index = batch.schema.get_field_index("arrival_time")
+        arrival = batch.column(index).cast(pa.int64())
+        yield batch.set_column(index, "arrival_time", arrival)
+
+
+def _chain(first, rest):
+    yield first
+    yield from rest
+
+
+@click.command("export")
+@click.argument("target", type=click.Choice(["mooncake"]))
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option(
+    "-o", "--output", "output", required=True, type=click.Path(path_type=Path), help="jsonl file to write."
+)
+@click.option("--force", is_flag=True, help="Replace the output file if it exists.")
+@click.option(
+    "--block-size",
+    type=int,
+    default=None,
+    help=f"Tokens per written hash id (default {MOONCAKE_BLOCK_SIZE}, what the Mooncake tools assume); "
+    "must be a multiple of the trace's block size.",
+)
+@click.option(
+    "--session-timing",
+    type=click.Choice(SESSION_TIMINGS),
+    default=None,
+    help="Later turns of a session: 'timestamp' (default; SGLang and AIPerf) or AIPerf's 'delay' "
+    "(think time after the previous answer, as llmreplay replays sessions).",
+)
+def export_trace(target: str, trace: Path, output: Path, force: bool, block_size, session_timing):
+    """Write TRACE as Mooncake jsonl for AIPerf (--custom-dataset-type mooncake_trace --fixed-schedule)
+    or SGLang bench_serving (--dataset-name mooncake)."""
+    given = {"block_size": block_size, "session_timing": session_timing}
+    config = MooncakeExportConfig(
+        trace_path=trace, output_path=output, force=force, **{k: v for k, v in given.items() if v is not None}
+    )
+    summary = export_mooncake(config, block_size_given=block_size is not None)
+    for warning in summary.warnings:
+        click.echo(f"llmreplay export: warning: {warning}", err=True)
+    if summary.skipped:
+        reasons = "; ".join(f"{count} {reason}" for reason, count in summary.skipped.items())
+        click.echo(f"llmreplay export: skipped {sum(summary.skipped.values())} rows: {reasons}", err=True)
+    click.echo(f"wrote {summary.rows_written} rows to {output}")

@@ -1,0 +1,158 @@
+"""The bundled samples: golden files per format version, the content sample's invariants, the public slices."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmreplay.importers.pipeline import ImportConfig, import_trace_file
+from llmreplay.trace_format import major_version
+from llmreplay.trace_io import read_trace, records_to_table
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "samples"
+SHARED = ROOT.parent / "shared" / "traces"
+GOLDEN = sorted((SAMPLES / "golden").glob("trace-v*.parquet"))
+
+# What each golden file must still read as. Recipe (v1.0, written once, never regenerated):
+#   .venv/bin/python samples/make_content_sample.py --sessions 6 --seed 8 -o samples/golden/trace-v1.0.parquet
+GOLDEN_EXPECTED = {
+    "trace-v1.0.parquet": {
+        "rows": 21,
+        "first_request_id": "chatcmpl-sample-000-00",
+        "first_arrival_us": 1_736_931_607_461_250,
+        "first_hashes": (4843769503048814885, 1532313346648500582),
+        "prompt_tokens_head": [562, 646, 607, 558, 640, 710],
+        "all_null_columns": {"cached_tokens", "content_prompt"},
+    }
+}
+
+
+def load_sample_script():
+    spec = importlib.util.spec_from_file_location("make_content_sample", SAMPLES / "make_content_sample.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_there_is_a_golden_file_for_the_current_version():
+    assert [p.name for p in GOLDEN] == list(GOLDEN_EXPECTED)
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=[p.name for p in GOLDEN])
+def test_golden_file_reads_back_exactly(path):
+    trace = read_trace(path)
+    version = re.fullmatch(r"trace-v(.+)\.parquet", path.name).group(1)
+    assert trace.meta.format_version == version and major_version(version) == 1
+    assert trace.has_content and trace.meta.tokenizer == "mistral-tekken" and trace.meta.block_size == 512
+    expected = GOLDEN_EXPECTED[path.name]
+    table = trace.table
+    assert table.num_rows == expected["rows"]
+    first = next(trace.records())
+    assert first.request_id == expected["first_request_id"]
+    assert first.arrival_time_us == expected["first_arrival_us"]
+    assert first.prefix_block_hashes == expected["first_hashes"]
+    assert table.column("prompt_tokens").to_pylist()[:6] == expected["prompt_tokens_head"]
+    all_null = {name for name in table.column_names if table.column(name).null_count == table.num_rows}
+    assert all_null == expected["all_null_columns"]  # every other column is exercised
+    rebuilt = records_to_table(trace.records(), with_content=True)
+    assert rebuilt.to_pylist() == table.to_pylist()  # typed records lose nothing
+
+
+@pytest.fixture(scope="module")
+def content_sample():
+    return read_trace(SAMPLES / "content_multiturn.parquet")
+
+
+def test_content_sample_has_the_promised_mix(content_sample):
+    records = list(content_sample.records())
+    assert content_sample.has_content and len(records) >= 150
+    assert {r.stream for r in records} == {True, False}
+    assert any(r.tools_count for r in records) and any(r.tool_calls_count for r in records)
+    assert any(r.structured_output == "json_schema" and r.schema_tokens > 0 for r in records)
+    assert any(r.error_kind == "rate_limited_429" for r in records)
+    sessions = {r.session_id for r in records}
+    assert len(sessions) == 40 and max(r.turn_index for r in records) >= 5
+
+
+def test_content_sample_counts_and_hashes_match_its_content(content_sample):
+    script = load_sample_script()
+    tokenizer = script.load_tokenizer()
+    for record in content_sample.records():
+        messages = json.loads(record.content_messages)
+        ids = [tokenizer.encode(script._message_text(m)) for m in messages]
+        assert [(m.role, m.tokens) for m in record.messages] == [
+            (m["role"], len(i)) for m, i in zip(messages, ids, strict=True)
+        ]
+        assert record.prompt_tokens == sum(len(i) for i in ids)
+        flat = [t for i in ids for t in i]
+        assert list(record.prefix_block_hashes) == script.prefix_block_hashes(
+            flat, 512, script.SAMPLE_HASH_KEY
+        )
+        if record.content_response is not None:
+            assert record.completion_tokens == tokenizer.count(record.content_response)
+        if record.content_tool_calls is not None:
+            assert record.tool_calls_count == len(json.loads(record.content_tool_calls))
+
+
+def test_content_sample_sessions_and_timings_are_consistent(content_sample):
+    previous = {}
+    for record in content_sample.records():
+        if record.turn_index == 0:
+            assert record.parent_request_id is None and record.think_time_ns is None
+        else:
+            parent = previous[record.session_id]
+            assert (
+                record.parent_request_id == parent.request_id and record.turn_index == parent.turn_index + 1
+            )
+            gap_ns = (record.arrival_time_us - parent.arrival_time_us) * 1000 - parent.e2e_ns
+            assert abs(gap_ns - record.think_time_ns) < 1000
+        if record.stream and record.error_kind is None:
+            offsets = record.chunk_offsets_ns
+            assert len(offsets) == record.completion_tokens and record.ttft_ns == offsets[0]
+            assert record.ttfb_ns < record.ttft_ns <= offsets[-1] < record.e2e_ns
+            assert all(b > a for a, b in zip(offsets, offsets[1:], strict=False))
+        elif record.error_kind is None:
+            assert (
+                record.ttft_ns is None and record.chunk_offsets_ns is None and record.ttfb_ns < record.e2e_ns
+            )
+        previous[record.session_id] = record
+
+
+@pytest.mark.parametrize(
+    ("kind", "raw", "trace"),
+    [
+        ("mooncake", "mooncake_conversation_head400.jsonl", "mooncake_conversation.parquet"),
+        ("burstgpt", "burstgpt_v2_sessions.csv", "burstgpt_v2_sessions.parquet"),
+    ],
+)
+def test_public_samples_are_the_import_of_their_raw_slice(tmp_path, kind, raw, trace):
+    fresh = tmp_path / "fresh.parquet"
+    import_trace_file(ImportConfig(source=kind, input_path=SAMPLES / "public" / raw, output_path=fresh))
+    bundled = read_trace(SAMPLES / trace)
+    assert bundled.table.equals(read_trace(fresh).table)
+    assert bundled.meta.source == f"import:{kind}:{raw}"
+    assert raw in (SAMPLES / "README.md").read_text()
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason=f"public traces not present at {SHARED}")
+def test_raw_slices_are_unchanged_heads_of_the_published_files():
+    mooncake = (SHARED / "mooncake" / "conversation_trace.jsonl").read_bytes().splitlines(keepends=True)
+    assert (SAMPLES / "public" / "mooncake_conversation_head400.jsonl").read_bytes() == b"".join(
+        mooncake[:400]
+    )
+    burstgpt = (SHARED / "burstgpt" / "burstgpt3_slice.csv").read_bytes()
+    assert (SAMPLES / "public" / "burstgpt_v2_sessions.csv").read_bytes() == burstgpt
+
+
+def test_sample_readme_names_every_licence_file():
+    readme = (SAMPLES / "README.md").read_text()
+    for licence in (SAMPLES / "public").glob("LICENSE-*"):
+        assert licence.name in readme
+    assert "Apache-2.0" in readme and "CC-BY-4.0" in readme
