@@ -1,0 +1,321 @@
+"""The parent process of a replay: plan, start the workers, show progress, scrape server metrics,
+merge the workers' results into one run directory. Never on a latency-critical path itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import platform
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from llmreplay import __version__
+from llmreplay.errors import BadInput
+from llmreplay.run_format import RESULTS_FILE, RUN_FILE, RUN_FORMAT_VERSION, SERVER_METRICS_FILE
+from llmreplay.trace_io import read_trace
+from replayer.config import ReplayConfig
+from replayer.request_builder import BuildOptions, supported
+from replayer.results import write_json_atomic, write_parquet_atomic
+from replayer.runner import USER_AGENT, LoopSettings
+from replayer.schedule import build_schedule
+from replayer.sessions import link_sessions, shard_by_session
+from replayer.summary import summarize
+from replayer.target import normalise_base_url, probe_target
+from replayer.worker import STAT_SLOTS, WorkerJob, worker_main
+
+PARTS_DIR = ".parts"
+EXIT_GRACE_S = 10.0  # beyond the configured grace, before a stuck worker is killed
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    run_dir: Path
+    summary: dict
+    exit_code: int  # 0 ok, 1 the client fell behind (not a faithful replay)
+
+
+def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
+    run_dir = Path(config.run_dir)
+    if (run_dir / RESULTS_FILE).exists():
+        raise BadInput(f"-o {run_dir}: already holds a run ({RESULTS_FILE}); choose a new directory")
+    if config.workers < 1:
+        raise BadInput(f"--workers {config.workers}: must be at least 1")
+    if config.max_inflight < config.workers:
+        raise BadInput(f"--max-inflight {config.max_inflight}: must be at least --workers")
+    base_url = normalise_base_url(config.target_url)
+    trace = read_trace(config.trace_path)
+    records = list(trace.records())
+    schedule = build_schedule(records, config.schedule)
+    unsupported = sum(1 for p in schedule.requests if not supported(records[p.record_index]))
+    plans = [p for p in schedule.requests if supported(records[p.record_index])]
+    if not plans:
+        raise BadInput(f"{config.trace_path}: no request to replay in the selected window")
+    target = probe_target(base_url, config.engine, config.api_key)
+    build = BuildOptions(
+        engine=target.engine,
+        model=config.model,
+        default_model=target.models[0] if target.models else None,
+        seed=config.schedule.seed,
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    parts = run_dir / PARTS_DIR
+    parts.mkdir(exist_ok=True)
+    jobs = _jobs(config, plans, records, trace.meta.block_size, build, base_url, parts)
+    started_unix_ns = time.time_ns()
+    info = _run_workers(config, jobs, console, base_url)
+    ended_unix_ns = time.time_ns()
+    table = _merge_parts([Path(j.part_path) for j in jobs])
+    write_parquet_atomic(run_dir / RESULTS_FILE, table)
+    for job in jobs:
+        Path(job.part_path).unlink(missing_ok=True)
+    parts.rmdir()
+    summary = summarize(table, config.lag_bound_ns)
+    if info["scraper"] is not None:
+        info["scraper"].write(run_dir / SERVER_METRICS_FILE)
+    run_json = {
+        "run_format_version": RUN_FORMAT_VERSION,
+        "config": config.public_dict(),
+        "target": {
+            "base_url": base_url,
+            "engine": target.engine,
+            "engine_from": target.detected_from,
+            "models": list(target.models),
+        },
+        "trace": {
+            "path": str(config.trace_path),
+            "files": [str(f) for f in trace.files],
+            "meta": dataclasses.asdict(trace.meta),
+        },
+        "tokenizer": config.tokenizer or "mistral-tekken",
+        "versions": _versions(),
+        "machine": {
+            "hostname": socket.gethostname(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+        },
+        "started_unix_ns": started_unix_ns,
+        "ended_unix_ns": ended_unix_ns,
+        "start_unix_ns": info["start_unix_ns"],
+        "start_mono_ns": info["start_mono_ns"],  # time.perf_counter_ns() of offset 0 (this machine)
+        "stop_reason": info["stop_reason"],
+        "build_s": info["build_s"],
+        "workers": info["workers"],  # per worker: event-loop CPU seconds, peak RSS
+        "counts": {
+            "trace_rows": len(records),
+            "window_rows": schedule.source_rows,
+            "planned": len(schedule.requests),
+            "unsupported_endpoint": unsupported,
+            "sent": summary["sent"],
+            "not_sent": len(plans) - table.num_rows,
+        },
+        "idle_removed_s": schedule.idle_removed_ns / 1e9,
+        "schedule_span_s": schedule.trace_span_ns / 1e9,
+        "server_metrics": info["scraper_info"],
+        "summary": summary,
+    }
+    write_json_atomic(run_dir / RUN_FILE, run_json)
+    return RunOutcome(
+        run_dir,
+        {
+            **summary,
+            "run": run_json["counts"],
+            "idle_removed_s": run_json["idle_removed_s"],
+            "stop_reason": info["stop_reason"],
+        },
+        1 if summary["client_fell_behind"] else 0,
+    )
+
+
+def _versions() -> dict:
+    import aiohttp
+    import uvloop
+
+    return {
+        "llmreplay": __version__,
+        "python": sys.version.split()[0],
+        "aiohttp": aiohttp.__version__,
+        "uvloop": uvloop.__version__,
+        "pyarrow": pa.__version__,
+    }
+
+
+def _jobs(config, plans, records, block_size, build, base_url, parts) -> list[WorkerJob]:
+    headers = [("User-Agent", f"{USER_AGENT}/{__version__}"), ("Content-Type", "application/json")]
+    if config.api_key:
+        headers.append(("Authorization", f"Bearer {config.api_key}"))
+    headers.extend(config.headers)
+    per_worker_inflight = max(1, config.max_inflight // config.workers)
+    settings = LoopSettings(
+        base_url=base_url,
+        start_ns=0,
+        max_inflight=per_worker_inflight,
+        duration_ns=config.duration_ns,
+        grace_ns=config.grace_ns,
+        connect_timeout_ns=config.connect_timeout_ns,
+        read_timeout_ns=config.read_timeout_ns,
+        early_wake_ns=config.early_wake_ns,
+        warm_connections=config.warm_connections,
+    )
+    jobs = []
+    for worker, shard in enumerate(shard_by_session(plans, config.workers)):
+        linked = tuple(link_sessions(shard))
+        jobs.append(
+            WorkerJob(
+                worker=worker,
+                plans=linked,
+                records={p.record_index: records[p.record_index] for p in linked},
+                build=build,
+                block_size=block_size,
+                tokenizer=config.tokenizer,
+                settings=settings,
+                headers=tuple(headers),
+                session_header=config.session_header,
+                part_path=str(parts / f"worker-{worker}.parquet"),
+            )
+        )
+    return jobs
+
+
+def _run_workers(config: ReplayConfig, jobs: list[WorkerJob], console, base_url: str) -> dict:
+    context = multiprocessing.get_context("spawn")
+    procs, pipes, stats = [], [], []
+    for job in jobs:
+        parent_end, child_end = context.Pipe()
+        shared = context.Array("q", len(STAT_SLOTS), lock=False)
+        proc = context.Process(
+            target=worker_main, args=(job, child_end, shared), name=f"llmreplay-worker-{job.worker}"
+        )
+        proc.start()
+        child_end.close()
+        procs.append(proc)
+        pipes.append(parent_end)
+        stats.append(shared)
+    interrupted = {"flag": False}
+
+    def on_signal(signum, frame):
+        interrupted["flag"] = True
+        for proc in procs:
+            if proc.is_alive() and proc.pid:
+                os.kill(proc.pid, signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    scraper = None
+    try:
+        build_s = _await_ready(pipes, procs, interrupted)
+        if interrupted["flag"]:
+            for pipe in pipes:
+                pipe.send(("stop",))
+            return _finish(procs, pipes, None, build_s, (None, None), "interrupted", config)
+        start_ns = time.perf_counter_ns() + config.start_delay_ns
+        start_unix_ns = time.time_ns() + config.start_delay_ns
+        if config.server_metrics_url:
+            from replayer.server_metrics import MetricsScraper
+
+            scraper = MetricsScraper(
+                config.server_metrics_url, config.server_metrics_interval_ns, start_ns, config.api_key
+            )
+            scraper.start()
+        for pipe in pipes:
+            pipe.send(("start", start_ns))
+        _watch(procs, stats, jobs, config, console, start_ns, interrupted)
+        return _finish(procs, pipes, scraper, build_s, (start_unix_ns, start_ns), None, config)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+
+
+def _await_ready(pipes, procs, interrupted) -> float:
+    build_s = 0.0
+    for pipe, proc in zip(pipes, procs, strict=True):
+        while not pipe.poll(0.1):
+            if not proc.is_alive():
+                raise RuntimeError(f"worker {proc.name} exited with {proc.exitcode} while preparing")
+        message = pipe.recv()
+        if message[0] == "error":
+            for p in procs:
+                p.kill()
+            if message[2]:
+                raise BadInput(message[1].removeprefix("BadInput: "))
+            raise RuntimeError(f"worker {proc.name} failed while preparing: {message[1]}")
+        build_s = max(build_s, message[1])
+    return build_s
+
+
+def _watch(procs, stats, jobs, config, console, start_ns, interrupted) -> None:
+    from replayer.progress import Progress
+
+    total = sum(len(j.plans) for j in jobs)
+    progress = None if config.quiet or console is None else Progress(console, total, jobs)
+    deadline = None
+    try:
+        while any(p.is_alive() for p in procs):
+            if progress is not None:
+                progress.update(stats, (time.perf_counter_ns() - start_ns) / 1e9)
+            if interrupted["flag"] and deadline is None:
+                deadline = time.monotonic() + config.grace_ns / 1e9 + EXIT_GRACE_S
+            if deadline is not None and time.monotonic() > deadline:
+                for proc in procs:
+                    proc.kill()
+            for proc in procs:
+                proc.join(0.25 / len(procs))
+    finally:
+        if progress is not None:
+            progress.close(stats, (time.perf_counter_ns() - start_ns) / 1e9)
+
+
+def _finish(procs, pipes, scraper, build_s, start, stop_reason, config) -> dict:
+    reasons, workers = [], []
+    for proc, pipe in zip(procs, pipes, strict=True):
+        proc.join(config.grace_ns / 1e9 + EXIT_GRACE_S)
+        if pipe.poll(0):
+            message = pipe.recv()
+            if message[0] == "done":
+                reasons.append(message[1]["stop_reason"])
+                workers.append(message[1])
+    if scraper is not None:
+        scraper.stop()
+    scraper_info = None
+    if scraper is not None:
+        scraper_info = {
+            "url": config.server_metrics_url,
+            "scrapes": scraper.scrapes,
+            "failures": scraper.failures,
+            "last_error": scraper.last_error,
+        }
+    reason = stop_reason or ("interrupted" if "interrupted" in reasons else "completed")
+    return {
+        "build_s": build_s,
+        "start_unix_ns": start[0],
+        "start_mono_ns": start[1],
+        "stop_reason": reason,
+        "workers": workers,
+        "scraper": scraper,
+        "scraper_info": scraper_info,
+    }
+
+
+def _merge_parts(paths: list[Path]) -> pa.Table:
+    from llmreplay.run_format import RESULT_SCHEMA
+
+    tables = [pq.read_table(p) for p in paths if p.exists()]
+    if not tables:
+        return RESULT_SCHEMA.empty_table()
+    table = pa.concat_tables([t.cast(RESULT_SCHEMA) for t in tables])
+    order = pc.sort_indices(
+        table, sort_keys=[("scheduled_offset_ns", "ascending"), ("request_id", "ascending")]
+    )
+    return table.take(order)

@@ -1,0 +1,191 @@
+"""Incremental reader of an OpenAI-style SSE stream, fed raw bytes as they arrive.
+
+The caller timestamps each read before calling `feed`; events split across reads are
+reassembled. Content chunks are recognised by byte search; JSON is parsed only for chunks that
+carry a finish reason, usage, an error or tool calls. Imports nothing from the rest of replayer.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+_SPACE = 0x20
+_QUOTE = 0x22
+_N = 0x6E  # 'n' of null
+_TEXT_KEYS = (b'"content":', b'"text":', b'"reasoning_content":')
+_PARSE_KEYS = (b'"usage":', b'"finish_reason":')
+
+
+def _text_follows(payload: bytes, key: bytes) -> bool:
+    """True when some occurrence of `key` is followed by a non-empty JSON string."""
+    i = payload.find(key)
+    while i >= 0:
+        j = i + len(key)
+        while j < len(payload) and payload[j] == _SPACE:
+            j += 1
+        if j + 1 < len(payload) and payload[j] == _QUOTE and payload[j + 1] != _QUOTE:
+            return True
+        i = payload.find(key, j)
+    return False
+
+
+def _non_null(payload: bytes, key: bytes) -> bool:
+    i = payload.find(key)
+    while i >= 0:
+        j = i + len(key)
+        while j < len(payload) and payload[j] == _SPACE:
+            j += 1
+        if j < len(payload) and payload[j] != _N:
+            return True
+        i = payload.find(key, j)
+    return False
+
+
+class SseStream:
+    """State of one streamed response; `feed(bytes, arrival_ns)` for every network read."""
+
+    __slots__ = (
+        "start_ns",
+        "_buffer",
+        "chunk_offsets_ns",
+        "done",
+        "finish_reason",
+        "usage",
+        "error",
+        "invalid",
+        "tool_call_ids",
+        "events",
+    )
+
+    def __init__(self, start_ns: int):
+        self.start_ns = start_ns
+        self._buffer = b""
+        self.chunk_offsets_ns: list[int] = []  # arrival of each content chunk, from start_ns
+        self.done = False  # saw `data: [DONE]`
+        self.finish_reason: str | None = None
+        self.usage: dict | None = None
+        self.error: str | None = None  # first line of an in-stream error
+        self.invalid: str | None = None  # why the stream is not the OpenAI wire format
+        self.tool_call_ids: set = set()
+        self.events = 0
+
+    @property
+    def content_chunks(self) -> int:
+        return len(self.chunk_offsets_ns)
+
+    def feed(self, data: bytes, arrival_ns: int) -> None:
+        if self._buffer:
+            data = self._buffer + data
+        if b"\r" in data:
+            data = _normalise_newlines(data)
+        start = 0
+        find = data.find
+        while (end := find(b"\n\n", start)) >= 0:
+            if end > start:
+                self._event(data[start:end], arrival_ns)
+            start = end + 2
+        self._buffer = data[start:] if start < len(data) else b""
+
+    def finish(self) -> None:
+        """End of body: an unterminated last event still counts (some servers omit the blank line)."""
+        rest = self._buffer.rstrip(b"\r\n")
+        self._buffer = b""
+        if rest:
+            self._event(rest, None)
+
+    def _event(self, event: bytes, arrival_ns: int | None) -> None:
+        self.events += 1
+        if event.startswith(b"data:") and b"\n" not in event:
+            payload = event[6:] if event[5:6] == b" " else event[5:]
+            name = b""
+        else:
+            payload, name = _split_fields(event)
+            if payload is None:
+                return  # comment or keep-alive
+        if name == b"error":
+            self.error = self.error or _first_line(payload)
+            return
+        if payload[:1] != b"{":
+            if payload.strip() == b"[DONE]":
+                self.done = True
+            else:
+                self.invalid = self.invalid or f"SSE data is not JSON: {_first_line(payload)}"
+            return
+        needs_parse = b'"tool_calls"' in payload or b'"error"' in payload
+        if not needs_parse:
+            for key in _PARSE_KEYS:
+                if _non_null(payload, key):
+                    needs_parse = True
+                    break
+        if not needs_parse:
+            for key in _TEXT_KEYS:
+                if _text_follows(payload, key):
+                    if arrival_ns is not None:
+                        self.chunk_offsets_ns.append(arrival_ns - self.start_ns)
+                    return
+            return
+        self._parsed(payload, arrival_ns)
+
+    def _parsed(self, payload: bytes, arrival_ns: int | None) -> None:
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError as exc:
+            self.invalid = self.invalid or f"SSE data is not valid JSON ({exc})"
+            return
+        if not isinstance(obj, dict):
+            self.invalid = self.invalid or "SSE data is not a JSON object"
+            return
+        if obj.get("error") is not None:
+            self.error = self.error or _error_text(obj["error"])
+            return
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        carries_content = False
+        for choice in obj.get("choices") or ():
+            if not isinstance(choice, dict):
+                continue
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
+                delta = choice  # completions endpoint: text sits on the choice
+            for call in delta.get("tool_calls") or ():
+                carries_content = True
+                if isinstance(call, dict):
+                    self.tool_call_ids.add((choice.get("index", 0), call.get("index", call.get("id"))))
+            if delta.get("content") or delta.get("text") or delta.get("reasoning_content"):
+                carries_content = True
+        if carries_content and arrival_ns is not None:
+            self.chunk_offsets_ns.append(arrival_ns - self.start_ns)
+
+
+def _normalise_newlines(data: bytes) -> bytes:
+    # A CR at the very end may be the first half of a CRLF split across reads: keep it as is.
+    if data.endswith(b"\r"):
+        return _normalise_newlines(data[:-1]) + b"\r"
+    return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+
+
+def _split_fields(event: bytes) -> tuple[bytes | None, bytes]:
+    """Multi-line events: join `data:` lines with newlines, keep the `event:` name."""
+    data_lines, name = [], b""
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:"):
+            data_lines.append(line[6:] if line[5:6] == b" " else line[5:])
+        elif line.startswith(b"event:"):
+            name = line[6:].strip()
+    if not data_lines:
+        return (b"" if name == b"error" else None), name
+    return b"\n".join(data_lines), name
+
+
+def _first_line(data: bytes) -> str:
+    text = data.decode("utf-8", "replace").strip()
+    return (text.splitlines() or [""])[0][:200]
+
+
+def _error_text(error) -> str:
+    if isinstance(error, dict):
+        return str(error.get("message") or error.get("type") or error)[:200]
+    return str(error)[:200]
