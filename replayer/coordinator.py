@@ -44,6 +44,27 @@ class RunOutcome:
     exit_code: int  # 0 ok, 1 the client fell behind (not a faithful replay)
 
 
+def _check_models_served(records, plans, served: tuple[str, ...], override: str | None, base_url: str) -> None:
+    """Refuse before the clock starts when the target does not serve the trace's models.
+
+    Staging often names the model differently from production; replaying anyway would only
+    measure 404s.
+    """
+    if override is not None or not served:
+        return
+    asked: dict[str, int] = {}
+    for plan in plans:
+        model = records[plan.record_index].model
+        if model is not None and model not in served:
+            asked[model] = asked.get(model, 0) + 1
+    if asked:
+        model, count = max(asked.items(), key=lambda item: item[1])
+        raise BadInput(
+            f"--target {base_url}: does not serve model '{model}' ({count} requests of the trace ask for it; "
+            f"it serves {', '.join(served)}); pass --model NAME to send every request to one model"
+        )
+
+
 def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
     run_dir = Path(config.run_dir)
     if (run_dir / RESULTS_FILE).exists():
@@ -61,6 +82,7 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
     if not plans:
         raise BadInput(f"{config.trace_path}: no request to replay in the selected window")
     target = probe_target(base_url, config.engine, config.api_key)
+    _check_models_served(records, plans, target.models, config.model, base_url)
     build = BuildOptions(
         engine=target.engine,
         model=config.model,
