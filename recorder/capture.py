@@ -1,0 +1,92 @@
+"""Per-request state filled on the proxy's event loop: stamps and raw bytes, nothing parsed.
+
+The stream tap is the hottest code in the recorder (once per socket read of every stream), so it
+only stamps the read and keeps a reference to the bytes; decoding and SSE parsing happen later
+in the writer thread, which replays the reads in order with their stamps.
+"""
+
+from __future__ import annotations
+
+import time
+
+_now_ns = time.perf_counter_ns
+
+
+class Capture:
+    """Mutable while the flow is live; handed to the writer thread once, then never touched here."""
+
+    __slots__ = (
+        "request_id",
+        "endpoint",
+        "arrival_ns",
+        "arrival_unix_ns",
+        "request_body",
+        "request_error",
+        "api_key",
+        "session_value",
+        "status",
+        "content_type",
+        "content_encoding",
+        "retry_after",
+        "headers_ns",
+        "reads",
+        "captured_bytes",
+        "max_capture_bytes",
+        "overflow",
+        "last_read_ns",
+        "end_ns",
+        "error_msg",
+        "server_connected",
+        "outcome",
+    )
+
+    def __init__(
+        self, request_id: str, endpoint: str, arrival_ns: int, arrival_unix_ns: int, max_capture_bytes: int
+    ):
+        self.request_id = request_id
+        self.endpoint = endpoint
+        self.arrival_ns = arrival_ns  # monotonic (perf_counter_ns), for intervals
+        self.arrival_unix_ns = arrival_unix_ns  # wall-clock anchor, for arrival_time only
+        self.request_body: bytes | None = None
+        self.request_error: str | None = None
+        self.api_key: str | None = None  # kept in memory only; the writer stores a keyed hash
+        self.session_value: str | None = None
+        self.status: int | None = None
+        self.content_type = ""
+        self.content_encoding: str | None = None
+        self.retry_after: str | None = None
+        self.headers_ns: int | None = None
+        self.reads: list[tuple[int, bytes]] = []
+        self.captured_bytes = 0
+        self.max_capture_bytes = max_capture_bytes
+        self.overflow = False
+        self.last_read_ns: int | None = None
+        self.end_ns: int | None = None
+        self.error_msg: str | None = None
+        self.server_connected = False
+        self.outcome = "live"  # live -> response | error | shutdown
+
+    def tap(self, data: bytes) -> bytes:
+        """mitmproxy's stream callable: observe one read and pass it through unchanged.
+
+        Must never raise (mitmproxy would drop the chunk) and never return b"" before the end
+        (that would end the client's response), so it returns `data` itself on every path.
+        """
+        try:
+            now = _now_ns()
+            if data:
+                self.last_read_ns = now
+                if self.captured_bytes < self.max_capture_bytes:
+                    self.reads.append((now, data))
+                    self.captured_bytes += len(data)
+                else:
+                    self.overflow = True
+            else:
+                self.end_ns = now
+        except Exception:  # noqa: BLE001 - the bytes must reach the client whatever happens here
+            self.overflow = True
+        return data
+
+    @property
+    def last_byte_ns(self) -> int | None:
+        return self.end_ns or self.last_read_ns

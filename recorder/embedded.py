@@ -1,0 +1,101 @@
+"""mitmproxy embedded with the recorder addon: a minimal master, lazy upstream connections, graceful drain.
+
+Drain on SIGTERM/SIGINT or at the end of --duration: stop listening, let live requests finish
+(up to a timeout), then shut down, so clients are not cut off and every row is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llmreplay.errors import BadInput
+from recorder.config import RecorderConfig, option_names
+
+log = logging.getLogger("llmreplay.recorder")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRun:
+    upstream: str
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8080
+    duration_s: float | None = None
+    drain_timeout_s: float = 30.0
+    confdir: str = "~/.llmreplay/mitmproxy"  # mitmproxy writes its CA here even in plain-http mode
+    uvloop: bool = False
+    recorder: RecorderConfig = field(default_factory=RecorderConfig)
+
+
+def run_recorder(run: RecordRun) -> None:
+    if run.uvloop:
+        import uvloop
+
+        uvloop.run(_serve(run))
+    else:
+        asyncio.run(_serve(run))
+
+
+async def _serve(run: RecordRun) -> None:
+    from mitmproxy import exceptions, options
+    from mitmproxy.addons import core, errorcheck, next_layer, proxyserver, tlsconfig
+    from mitmproxy.master import Master
+
+    from recorder.addon import OPTION_PREFIX, Recorder
+
+    opts = options.Options()
+    master = Master(opts)
+    master.addons.add(
+        core.Core(),
+        proxyserver.Proxyserver(),
+        next_layer.NextLayer(),
+        tlsconfig.TlsConfig(),
+        errorcheck.ErrorCheck(True),
+    )
+    recorder = Recorder()
+    master.addons.add(recorder)
+    recorder_options = {
+        OPTION_PREFIX + name: _option_value(getattr(run.recorder, name)) for name in option_names()
+    }
+    try:
+        opts.update(
+            mode=[f"reverse:{run.upstream}"],
+            listen_host=run.listen_host,
+            listen_port=run.listen_port,
+            connection_strategy="lazy",  # eager would drop requests (no flow, no row) while the upstream is down
+            confdir=str(Path(run.confdir).expanduser()),
+            **recorder_options,
+        )
+    except exceptions.OptionsError as exc:
+        raise BadInput(str(exc)) from None
+    loop = asyncio.get_running_loop()
+    draining: list[asyncio.Task] = []
+
+    def drain(reason: str) -> None:
+        if draining:  # a second signal: stop now
+            master.shutdown()
+            return
+        log.info("llmreplay recorder: %s, draining %d live requests", reason, len(recorder.live))
+        draining.append(loop.create_task(_drain(master, recorder, run.drain_timeout_s)))
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, drain, signal.Signals(signum).name)
+    if run.duration_s is not None:
+        loop.call_later(run.duration_s, drain, f"--duration {run.duration_s:g}s reached")
+    await master.run()
+
+
+async def _drain(master, recorder, timeout_s: float) -> None:
+    master.options.update(server=False)  # stop accepting; open connections carry on
+    deadline = time.monotonic() + timeout_s
+    while recorder.live and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    master.shutdown()
+
+
+def _option_value(value):
+    return list(value) if isinstance(value, tuple) else value

@@ -1,0 +1,293 @@
+"""Capture -> TraceRecord: parse, tokenize, hash, classify, link sessions. Runs in the writer thread.
+
+Every capture yields exactly one record, whatever is wrong with it; what could not be parsed is
+reported back as a problem string (counted, never written).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import orjson
+
+from llmreplay.prefix_hash import prefix_block_hashes
+from llmreplay.sse import SSESplitter
+from llmreplay.tokenizers import Tokenizer
+from llmreplay.trace_format import MessageShape, TraceRecord
+from recorder.capture import Capture
+from recorder.decoding import make_decoder
+from recorder.keys import keyed_hash
+from recorder.request_shape import ChatMessage, RequestShape, parse_request
+from recorder.response_shape import ResponseShape, summarize_json, summarize_stream
+from recorder.sessions import SessionLink, SessionTracker
+
+
+@dataclass(frozen=True, slots=True)
+class BuildSettings:
+    tokenizer: Tokenizer
+    key: bytes
+    block_size: int
+    content: bool
+    session_from_user: bool
+
+
+class RecordBuilder:
+    def __init__(self, settings: BuildSettings, sessions: SessionTracker):
+        self.settings = settings
+        self.sessions = sessions
+        self.encodings = EncodingCache(settings.tokenizer)
+
+    def build(self, cap: Capture) -> tuple[TraceRecord, list[str]]:
+        problems: list[str] = []
+        request = _parse_request(cap, problems, self.settings.content)
+        response = _parse_response(cap, problems)
+        error_kind = classify_error(cap, request, response)
+        tokens = self._count_tokens(request, response)
+        answer = _answer_message(response) if error_kind is None and response is not None else None
+        link = self._link_session(cap, request, answer)
+        settings = self.settings
+        offsets = None
+        if response is not None and _is_sse(cap):
+            offsets = tuple(stamp - cap.arrival_ns for stamp in response.token_event_ns)
+        last_byte = cap.last_byte_ns
+        record = TraceRecord(
+            request_id=cap.request_id,
+            arrival_time_us=cap.arrival_unix_ns // 1000,
+            endpoint=cap.endpoint,
+            prompt_tokens=tokens.prompt,
+            token_source=tokens.source,
+            session_id=link.session_id if link else None,
+            turn_index=link.turn_index if link else 0,
+            parent_request_id=link.parent_request_id if link else None,
+            think_time_ns=link.think_time_ns if link else None,
+            model=request.model,
+            stream=request.stream,
+            user_id=keyed_hash(settings.key, request.user, "u") if request.user else None,
+            api_key_hash=keyed_hash(settings.key, cap.api_key, "k") if cap.api_key else None,
+            http_status=cap.status,
+            error_kind=error_kind,
+            retry_after_ms=_retry_after_ms(cap.retry_after) if cap.status == 429 else None,
+            completion_tokens=tokens.completion,
+            cached_tokens=response.cached_tokens if response else None,
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            n=request.n,
+            stop_present=request.stop_present,
+            seed=request.seed,
+            tools_count=request.tools_count,
+            tool_definition_tokens=tokens.tools,
+            tool_choice=request.tool_choice,
+            tool_calls_count=len(response.tool_calls) if response else 0,
+            structured_output=request.structured_output,
+            schema_tokens=tokens.schema,
+            messages=tokens.messages,
+            prefix_block_hashes=tuple(
+                prefix_block_hashes(tokens.prompt_ids, settings.block_size, settings.key)
+            ),
+            ttfb_ns=cap.headers_ns - cap.arrival_ns if cap.headers_ns else None,
+            ttft_ns=offsets[0] if offsets else None,
+            e2e_ns=last_byte - cap.arrival_ns if last_byte and cap.status is not None else None,
+            chunk_offsets_ns=offsets,
+            finish_reason=response.finish_reason if response else None,
+            **(_content_columns(request, response) if settings.content else {}),
+        )
+        return record, problems
+
+    def _count_tokens(self, request: RequestShape, response: ResponseShape | None) -> _Tokens:
+        encode = self.encodings.encode
+        messages, prompt_ids = (), []
+        if request.messages is not None:
+            shapes = []
+            for message in request.messages:
+                ids = encode(message.text) if message.text else []
+                shapes.append(MessageShape(message.role, len(ids)))
+                prompt_ids.extend(ids)
+            messages = tuple(shapes)
+        elif request.prompt_token_ids is not None:
+            prompt_ids = list(request.prompt_token_ids)
+        elif request.prompt_text:
+            prompt_ids = encode(request.prompt_text)
+        tools = len(encode(request.tools_json)) if request.tools_json else 0
+        schema = len(encode(request.schema_json)) if request.schema_json else 0
+        server_prompt = response.prompt_tokens if response else None
+        source = "server_usage" if server_prompt is not None else "tokenizer"
+        prompt = server_prompt if server_prompt is not None else len(prompt_ids) + tools
+        completion = response.completion_tokens if response else None
+        if (
+            response is not None
+            and completion is None
+            and source == "tokenizer"
+            and _generates(request, response)
+        ):
+            completion = len(encode(response.text)) + sum(
+                len(encode(_call_text(c))) for c in response.tool_calls
+            )
+        return _Tokens(prompt, completion, source, tools, schema, messages, prompt_ids)
+
+    def _link_session(
+        self, cap: Capture, request: RequestShape, answer: ChatMessage | None
+    ) -> SessionLink | None:
+        end_ns = cap.last_byte_ns or cap.arrival_ns
+        explicit = cap.session_value or (request.user if self.settings.session_from_user else None)
+        if explicit:
+            session_id = keyed_hash(self.settings.key, explicit, "s")
+            return self.sessions.link_explicit(session_id, cap.request_id, cap.arrival_ns, end_ns)
+        if request.messages is not None and request.messages:
+            return self.sessions.link_chat(cap.request_id, request.messages, answer, cap.arrival_ns, end_ns)
+        return None
+
+
+class EncodingCache:
+    """Token ids of recently seen long texts: each chat turn resends the whole history (and system
+    prompts repeat across users), so without it tokenizing a conversation costs O(turns^2)."""
+
+    MIN_CHARS = 256  # short texts are cheaper to encode than to look up and keep
+    BUDGET_CHARS = 32_000_000
+
+    def __init__(self, tokenizer: Tokenizer):
+        self._tokenizer = tokenizer
+        self._ids: OrderedDict[str, array] = OrderedDict()
+        self._chars = 0
+
+    def encode(self, text: str) -> list[int]:
+        if len(text) < self.MIN_CHARS:
+            return self._tokenizer.encode(text)
+        ids = self._ids.get(text)
+        if ids is not None:
+            self._ids.move_to_end(text)
+            return ids.tolist()
+        encoded = self._tokenizer.encode(text)
+        self._ids[text] = array("I", encoded)
+        self._chars += len(text)
+        while self._chars > self.BUDGET_CHARS:
+            old, _ = self._ids.popitem(last=False)
+            self._chars -= len(old)
+        return encoded
+
+
+@dataclass(frozen=True, slots=True)
+class _Tokens:
+    prompt: int
+    completion: int | None
+    source: str
+    tools: int
+    schema: int
+    messages: tuple[MessageShape, ...]
+    prompt_ids: list[int]
+
+
+def _parse_request(cap: Capture, problems: list[str], with_content: bool) -> RequestShape:
+    if cap.request_error:
+        problems.append(cap.request_error)
+        return RequestShape()
+    try:
+        return parse_request(cap.endpoint, cap.request_body or b"", with_content)
+    except ValueError as exc:
+        problems.append(str(exc))
+        return RequestShape()
+
+
+def _is_sse(cap: Capture) -> bool:
+    return cap.content_type.startswith("text/event-stream")
+
+
+def _parse_response(cap: Capture, problems: list[str]) -> ResponseShape | None:
+    """None when there is no successful body to read (no response, or an HTTP error status)."""
+    if cap.status is None or not 200 <= cap.status < 300:
+        return None
+    if cap.overflow:
+        problems.append(f"response larger than the capture limit ({cap.max_capture_bytes} bytes)")
+    try:
+        decode = make_decoder(cap.content_encoding)
+        if _is_sse(cap):
+            return summarize_stream(_stamped_events(cap, decode))
+        body = b"".join(decode(data) if decode else data for _, data in cap.reads)
+        return summarize_json(body, cap.endpoint)
+    except Exception as exc:  # noqa: BLE001 - zlib/brotli/zstd errors have no common base; count and move on
+        problems.append(f"response body unreadable ({type(exc).__name__}: {exc})")
+        return ResponseShape(invalid_events=1)
+
+
+def _stamped_events(cap: Capture, decode) -> list[tuple[int, bytes]]:
+    """Replay the reads through the SSE splitter: each event gets the stamp of the read that completed it."""
+    splitter, events = SSESplitter(), []
+    for stamp, data in cap.reads:
+        for payload in splitter.feed(decode(data) if decode else data):
+            events.append((stamp, payload))
+    last = cap.last_byte_ns or cap.arrival_ns
+    events.extend((last, payload) for payload in splitter.finish())
+    return events
+
+
+def classify_error(cap: Capture, request: RequestShape, response: ResponseShape | None) -> str | None:
+    """The trace's error kind for this request, None for a success."""
+    if cap.outcome == "shutdown":
+        return "shutdown"
+    if cap.outcome == "error":
+        message = (cap.error_msg or "").lower()
+        if "client disconnected" in message or "reset by client" in message:
+            # SDKs hang up as soon as [DONE] arrives, often before the chunked terminator: that is a success
+            complete = response is not None and response.done_seen and not response.stream_error
+            return None if complete else "client_disconnected"
+        if "timeout" in message or "timed out" in message:
+            return "timeout"
+        if cap.status is None and not cap.server_connected:
+            return "connect_error"
+        return "connection_reset"
+    status = cap.status or 0
+    if status == 429:
+        return "rate_limited_429"
+    if 400 <= status < 500:
+        return "http_4xx"
+    if status >= 500:
+        return "http_5xx"
+    if response is None:
+        return None
+    if response.stream_error:
+        return "stream_error"
+    if _is_sse(cap):
+        if response.invalid_events and not response.token_event_ns:
+            return "invalid_response"
+        if not response.done_seen and response.finish_reason is None:
+            return "stream_truncated"
+    elif response.invalid_events:
+        return "invalid_response"
+    return None
+
+
+def _generates(request: RequestShape, response: ResponseShape) -> bool:
+    return bool(response.text or response.tool_calls or response.token_event_ns)
+
+
+def _call_text(call: dict) -> str:
+    function = call.get("function") if isinstance(call.get("function"), dict) else call
+    return f"{function.get('name') or ''}{function.get('arguments') or ''}"
+
+
+def _answer_message(response: ResponseShape) -> ChatMessage:
+    """The assistant message a client echoes back next turn, flattened like request messages are."""
+    return ChatMessage("assistant", response.text + "".join(_call_text(c) for c in response.tool_calls))
+
+
+def _retry_after_ms(value: str | None) -> int | None:
+    try:
+        seconds = float(value) if value else None
+    except ValueError:
+        return None  # an HTTP-date: rare from inference servers, not worth a date parser here
+    return int(seconds * 1000) if seconds is not None and seconds >= 0 else None
+
+
+def _content_columns(request: RequestShape, response: ResponseShape | None) -> dict:
+    return {
+        "content_messages": request.content_messages,
+        "content_prompt": request.content_prompt,
+        "content_tools": request.content_tools,
+        "content_response_format": request.content_response_format,
+        "content_response": response.text if response else None,
+        "content_tool_calls": orjson.dumps(list(response.tool_calls)).decode()
+        if response and response.tool_calls
+        else None,
+    }

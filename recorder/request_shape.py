@@ -1,0 +1,231 @@
+"""Request JSON -> the fields a trace row needs: model, sampling, tools, schema, message texts.
+
+Pure (no tokenizing here: that happens in the writer thread). Raises ValueError for a body that
+is not a JSON object, so the caller can count it and still record the request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+ENDPOINT_BY_SUFFIX = {
+    "/chat/completions": "chat_completions",
+    "/completions": "completions",
+    "/embeddings": "embeddings",
+    "/responses": "responses",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """One message reduced to what counts tokens and identifies a turn: role and flattened text."""
+
+    role: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestShape:
+    model: str | None = None
+    stream: bool = False
+    user: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int | None = None
+    stop_present: bool = False
+    seed: int | None = None
+    include_usage: bool = False
+    tools_count: int = 0
+    tools_json: str | None = None  # tool definitions as JSON text (tokenized for tool_definition_tokens)
+    tool_choice: str | None = None
+    structured_output: str = "none"
+    schema_json: str | None = None
+    messages: tuple[ChatMessage, ...] | None = None  # chat-style requests
+    prompt_text: str | None = None  # completions / embeddings
+    prompt_token_ids: tuple[int, ...] | None = None  # a completions prompt sent as token ids
+    content_messages: str | None = None
+    content_prompt: str | None = None
+    content_tools: str | None = None
+    content_response_format: str | None = None
+
+
+def endpoint_for_path(path: str) -> str:
+    """The trace's endpoint name for a recorded URL path (query string ignored)."""
+    path = path.split("?", 1)[0].rstrip("/")
+    for suffix, name in ENDPOINT_BY_SUFFIX.items():
+        if path.endswith(suffix):
+            return name
+    return "chat_completions"
+
+
+def parse_request(endpoint: str, body: bytes, with_content: bool = True) -> RequestShape:
+    """The request's shape; the content_* JSON texts only `with_content` (re-serializing costs CPU)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"request body is not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"request body is a JSON {type(data).__name__}, not an object")
+    tools = data.get("tools") if isinstance(data.get("tools"), list) else None
+    structured, schema = _structured_output(data)
+    shape = dict(
+        model=_str(data.get("model")),
+        stream=data.get("stream") is True,
+        user=_str(data.get("user")),
+        max_tokens=_int(
+            data.get("max_completion_tokens", data.get("max_tokens", data.get("max_output_tokens")))
+        ),
+        temperature=_float(data.get("temperature")),
+        top_p=_float(data.get("top_p")),
+        n=_int(data.get("n")),
+        stop_present=bool(data.get("stop")),
+        seed=_int(data.get("seed")),
+        include_usage=_include_usage(data),
+        tools_count=len(tools or ()),
+        tools_json=_json(tools) if tools else None,
+        tool_choice=_tool_choice(data.get("tool_choice")),
+        structured_output=structured,
+        schema_json=schema,
+        content_tools=_json(tools) if tools and with_content else None,
+        content_response_format=_json(data["response_format"])
+        if "response_format" in data and with_content
+        else None,
+    )
+    if endpoint == "chat_completions":
+        raw = data.get("messages")
+        messages = raw if isinstance(raw, list) else []
+        shape.update(
+            messages=tuple(_chat_message(m) for m in messages),
+            content_messages=_json(messages) if with_content else None,
+        )
+    elif endpoint == "responses":
+        shape.update(
+            messages=_responses_input(data),
+            content_messages=_json(data.get("input")) if with_content else None,
+        )
+    else:
+        prompt = data.get("prompt" if endpoint == "completions" else "input")
+        ids = _token_ids(prompt)
+        shape.update(
+            prompt_text=None if ids is not None else _prompt_text(prompt),
+            prompt_token_ids=ids,
+            content_prompt=_json(prompt) if with_content else None,
+        )
+    return RequestShape(**shape)
+
+
+def _chat_message(message) -> ChatMessage:
+    if not isinstance(message, dict):
+        return ChatMessage("unknown", "")
+    role = _str(message.get("role")) or "unknown"
+    parts = [content_text(message.get("content"))]
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            parts.append(f"{function.get('name') or ''}{function.get('arguments') or ''}")
+    return ChatMessage(role, "".join(parts))
+
+
+def content_text(content) -> str:
+    """Text of a message's content: a string, or the text parts of a list (images count as nothing)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+        return "\n".join(texts)
+    return ""
+
+
+def _responses_input(data: dict) -> tuple[ChatMessage, ...]:
+    messages = []
+    if isinstance(data.get("instructions"), str):
+        messages.append(ChatMessage("system", data["instructions"]))
+    items = data.get("input")
+    if isinstance(items, str):
+        return (*messages, ChatMessage("user", items))
+    for item in items if isinstance(items, list) else ():
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        if kind == "function_call":
+            messages.append(
+                ChatMessage("assistant", f"{item.get('name') or ''}{item.get('arguments') or ''}")
+            )
+        elif kind == "function_call_output":
+            messages.append(ChatMessage("tool", str(item.get("output") or "")))
+        else:
+            messages.append(ChatMessage(_str(item.get("role")) or "user", content_text(item.get("content"))))
+    return tuple(messages)
+
+
+def _structured_output(data: dict) -> tuple[str, str | None]:
+    fmt = data.get("response_format")
+    if not isinstance(fmt, dict):
+        text = data.get("text")
+        fmt = text.get("format") if isinstance(text, dict) else None  # Responses API
+    if not isinstance(fmt, dict):
+        return "none", None
+    kind = fmt.get("type")
+    if kind == "json_schema":
+        schema = fmt.get("json_schema", fmt)
+        schema = schema.get("schema", schema) if isinstance(schema, dict) else schema
+        return "json_schema", _json(schema)
+    if kind == "json_object":
+        return "json_object", None
+    return "none", None
+
+
+def _tool_choice(value) -> str | None:
+    if isinstance(value, dict):
+        return "function"
+    return value if value in ("auto", "none", "required") else None
+
+
+def _include_usage(data: dict) -> bool:
+    options = data.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def _prompt_text(prompt) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        return "\n".join(p for p in prompt if isinstance(p, str))
+    return ""
+
+
+def _token_ids(prompt) -> tuple[int, ...] | None:
+    """A prompt given as token ids (or a batch of them) bypasses the tokenizer."""
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return tuple(prompt)
+    if isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt):
+        flat = [t for p in prompt for t in p]
+        if all(isinstance(t, int) for t in flat):
+            return tuple(flat)
+    return None
+
+
+def _json(value) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _str(value) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
