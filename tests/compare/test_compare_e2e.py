@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 from compare_fixtures import Shape, latencies_ns, write_trace_file
-from conftest import free_port, llmreplay_cmd, wait_http_ok
+from live_processes import free_port, llmreplay_cmd, wait_http_ok
 
 SHAPE = Shape(n=40, seed=5, interval_ms=60.0, prompt_median_tokens=1500, max_prompt_tokens=4000)
 

@@ -8,7 +8,7 @@ import subprocess
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import llmreplay_cmd
+from live_processes import llmreplay_cmd
 
 from llmreplay.errors import BadInput
 from llmreplay.trace_format import METADATA_KEY, MessageShape, TraceMeta, TraceRecord, trace_schema

@@ -13,7 +13,7 @@ from pathlib import Path
 import openai
 import pyarrow.parquet as pq
 import pytest
-from conftest import free_port, llmreplay_cmd, stop_process
+from live_processes import free_port, llmreplay_cmd, stop_process
 
 from llmreplay.trace_io import read_trace
 from recorder.keys import keyed_hash, load_or_create_key
