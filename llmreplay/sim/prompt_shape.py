@@ -1,0 +1,44 @@
+"""Prompt token count and prefix blocks of a request, from the project's tokenizer.
+
+Rendering (documented contract): token ids of the tool definitions (their JSON, when tools are
+offered), then of each message's text in order, each message preceded by `message_overhead_tokens`
+fixed filler ids (default 0, so synthesized prompts count exactly). CPU-bound: run it off the loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmreplay.prefix_hash import prefix_block_hashes
+from llmreplay.sim.openai_request import CompletionRequest
+from llmreplay.tokenizers import Tokenizer
+
+_OVERHEAD_TOKEN_ID = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PromptShape:
+    prompt_tokens: int
+    full_block_hashes: tuple[int, ...]  # chained hashes of the full blocks only
+
+
+def prompt_token_ids(
+    tokenizer: Tokenizer, request: CompletionRequest, message_overhead_tokens: int
+) -> list[int]:
+    if request.prompt_token_ids is not None:
+        return list(request.prompt_token_ids)
+    ids: list[int] = []
+    tool_texts = len(request.prompt_texts) - request.message_count
+    for i, encoded in enumerate(tokenizer.encode_batch(list(request.prompt_texts))):
+        if i >= tool_texts:
+            ids.extend([_OVERHEAD_TOKEN_ID] * message_overhead_tokens)
+        ids.extend(encoded)
+    return ids
+
+
+def prompt_shape(
+    tokenizer: Tokenizer, request: CompletionRequest, block_size: int, message_overhead_tokens: int
+) -> PromptShape:
+    ids = prompt_token_ids(tokenizer, request, message_overhead_tokens)
+    full = len(ids) - len(ids) % block_size
+    return PromptShape(len(ids), tuple(prefix_block_hashes(ids[:full], block_size)))

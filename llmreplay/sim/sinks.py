@@ -1,0 +1,105 @@
+"""Where the engine's tokens go: straight onto the HTTP connection, synchronously, in the step.
+
+A streamed token is one chunked-encoding frame written to the transport (no task, no await):
+aiohttp has already sent the headers and the opening event; the handler ends the body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from llmreplay.sim.engine import Sequence
+from llmreplay.sim.wire import ChatEncoder, CompletionEncoder, chunk_frame, error_object, sse, usage
+
+_STREAM_ERROR = sse(
+    error_object("simulated error inside the stream", "server_error", "simulated_stream_error")
+)
+
+
+class StreamSink:
+    """SSE answer: one frame per token; the last token's frame carries the closing events."""
+
+    __slots__ = (
+        "_transport",
+        "_encoder",
+        "_finish_reason",
+        "_include_usage",
+        "_fault",
+        "_stop_after",
+        "done",
+    )
+
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        encoder: ChatEncoder | CompletionEncoder,
+        finish_reason: str,
+        include_usage: bool,
+        fault: str | None,
+        stop_after_tokens: int,
+        done: asyncio.Future,
+    ):
+        self._transport = transport
+        self._encoder = encoder
+        self._finish_reason = finish_reason
+        self._include_usage = include_usage
+        self._fault = fault
+        self._stop_after = stop_after_tokens
+        self.done = done
+
+    def emit(self, seq: Sequence, number: int, now_ns: int) -> bool:
+        transport = self._transport
+        if transport.is_closing():
+            seq.outcome = "cancelled_by_client"
+            return False
+        if self._fault is not None and number > self._stop_after:
+            return self._inject(seq)
+        if number < seq.target_tokens:
+            transport.write(self._encoder.token_frame(number, seq.target_tokens))
+            return True
+        usage_obj = usage(seq.prompt_tokens, number, seq.cached_tokens) if self._include_usage else None
+        payload = self._encoder.token(number, number) + self._encoder.closing(self._finish_reason, usage_obj)
+        transport.write(chunk_frame(payload))  # the last token travels with the closing events
+        return True
+
+    def _inject(self, seq: Sequence) -> bool:
+        if self._fault == "cut":
+            self._transport.abort()  # RST mid-stream, as a crashed engine or proxy would
+            seq.outcome = "cut"
+        elif self._fault == "truncate":
+            seq.outcome = "truncated"  # the handler ends the body cleanly, without [DONE]
+        else:
+            self._transport.write(chunk_frame(_STREAM_ERROR + b"data: [DONE]\n\n"))
+            seq.outcome = "stream_error"
+        return False
+
+    def finish(self, seq: Sequence, now_ns: int) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+class BodySink:
+    """Non-streamed answer: tokens are only counted; faults stop the sequence at their token."""
+
+    __slots__ = ("_transport", "_fault", "_stop_after", "done")
+
+    def __init__(
+        self, transport: asyncio.Transport, fault: str | None, stop_after_tokens: int, done: asyncio.Future
+    ):
+        self._transport = transport
+        self._fault = fault
+        self._stop_after = stop_after_tokens
+        self.done = done
+
+    def emit(self, seq: Sequence, number: int, now_ns: int) -> bool:
+        if self._transport.is_closing():
+            seq.outcome = "cancelled_by_client"
+            return False
+        if self._fault is not None and number > self._stop_after:
+            seq.outcome = {"cut": "cut", "truncate": "truncated"}.get(self._fault, "stream_error")
+            return False
+        return True
+
+    def finish(self, seq: Sequence, now_ns: int) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
