@@ -36,16 +36,21 @@ class TekkenTokenizer:
         from mistral_common.tokens.tokenizers.tekken import Tekkenizer
 
         self._tekken = Tekkenizer.from_file(path)
+        # The underlying tiktoken Encoding: encode_ordinary gives the same ids (Tekken registers no
+        # special tokens in it) 3-4x faster, and never raises on text that looks like "<s>".
+        self._bpe = self._tekken._model
+        self._offset = self._tekken.num_special_tokens
         self.id = name
 
     def encode(self, text: str) -> list[int]:
-        return self._tekken.encode(text, bos=False, eos=False)
+        offset = self._offset
+        return [t + offset for t in self._bpe.encode_ordinary(text)]
 
     def decode(self, ids: list[int]) -> str:
         return self._tekken.decode(list(ids))
 
     def count(self, text: str) -> int:
-        return len(self._tekken.encode(text, bos=False, eos=False))
+        return len(self._bpe.encode_ordinary(text))
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [self.encode(text) for text in texts]

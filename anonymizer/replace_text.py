@@ -1,0 +1,420 @@
+"""Keyed, prefix-preserving replacement of chat messages, completions prompts and responses.
+
+Message tokens (the recorder's definition, recorder/request_shape.py): the text content (a string,
+or the text parts joined by "\\n"; images and other parts count nothing) followed directly by each
+tool call's function name and arguments; a Responses `function_call` item counts name + arguments,
+a `function_call_output` its output. A prompt's tokens are its messages' tokens concatenated, no
+chat template. Text is replaced chunk by chunk (chunks end at global positions that are multiples
+of GRANULARITY_TOKENS, which divides the block size, and at message ends); a chunk's words are a
+keyed function of every original token and role before its end, so equal prefixes stay equal and
+different ones differ from their first differing chunk on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+from array import array
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from anonymizer.fakes import Fakes
+from anonymizer.media import png_data_url, silent_wav_base64
+from anonymizer.tools_schema import JsonTemplate, fit_value, json_text_template
+
+GRANULARITY_TOKENS = 16  # at most 32: one 64-byte digest draws a whole chunk
+_UNPACK_INDICES = struct.Struct("<32H").unpack
+DEFAULT_CACHE_BYTES = 128 * 1024 * 1024
+ROOT_DIGEST = bytes(16)
+_DETAILS = ("auto", "low", "high")
+_UNCOUNTED_TEXT = ("refusal", "reasoning_content", "reasoning")
+
+
+def content_text(content: Any) -> str:
+    """Text of a message's content: a string, or the text parts of a list joined by newlines."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+        return "\n".join(texts)
+    return ""
+
+
+def message_text(message: Any) -> tuple[str, str]:
+    """(role, the text whose tokens are the message's tokens)."""
+    if not isinstance(message, dict):
+        return "unknown", ""
+    kind = message.get("type")
+    if kind == "function_call":
+        return "assistant", f"{message.get('name') or ''}{message.get('arguments') or ''}"
+    if kind == "function_call_output":
+        return "tool", str(message.get("output") or "")
+    role = message.get("role") if isinstance(message.get("role"), str) else "unknown"
+    parts = [content_text(message.get("content"))]
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            parts.append(f"{function.get('name') or ''}{function.get('arguments') or ''}")
+    return role, "".join(parts)
+
+
+def _plain_field(message: dict) -> str | None:
+    """The one string field that is the whole message text, if there is one (the common case)."""
+    kind = message.get("type")
+    if kind == "function_call":
+        return None
+    if kind == "function_call_output":
+        return "output" if isinstance(message.get("output"), str) else None
+    if not isinstance(message.get("content"), str):
+        return None
+    calls = message.get("tool_calls") or ()
+    if any(isinstance(c, dict) and isinstance(c.get("function"), dict) for c in calls):
+        return None
+    return "content"
+
+
+@dataclass(frozen=True, slots=True)
+class PromptState:
+    """Where a prompt ends: the chained digest of its (role, text) sequence and its token count."""
+
+    digest: bytes = ROOT_DIGEST
+    offset_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Miss:
+    """A replaced text whose token count differs from the original's."""
+
+    where: str
+    expected_tokens: int
+    actual_tokens: int
+
+
+@dataclass
+class RewriteStats:
+    messages: int = 0
+    messages_generated: int = 0  # not served from the cache
+    messages_exact: int = 0
+    dropped_fields: Counter = field(default_factory=Counter)
+
+
+class PromptRewriter:
+    """Replaces the text of prompts and responses; holds a byte-bounded cache of rewritten messages,
+    so a conversation's history (repeated in every later turn) is rewritten once.
+    """
+
+    def __init__(
+        self, fakes: Fakes, block_size: int, cache_bytes: int = DEFAULT_CACHE_BYTES, check_counts=True
+    ):
+        self.fakes = fakes
+        self.granularity = math.gcd(block_size, GRANULARITY_TOKENS)
+        self.check_counts = check_counts
+        self.stats = RewriteStats()
+        self._cache: OrderedDict[bytes, tuple[tuple[Any, int, int], int]] = OrderedDict()
+        self._cache_bytes = 0
+        self._cache_limit = cache_bytes
+
+    # -- chat messages -------------------------------------------------------------------------
+
+    def chat(
+        self, messages: list, state: PromptState = PromptState()
+    ) -> tuple[list, PromptState, list[Miss]]:
+        """Rewrite a message list; returns (new messages, state after them, token-count misses)."""
+        out, misses = [], []
+        for index, message in enumerate(messages):
+            new, expected, actual, state = self.message(message, state)
+            out.append(new)
+            if expected != actual:
+                misses.append(Miss(f"message {index}", expected, actual))
+        return out, state, misses
+
+    def message(self, message: Any, state: PromptState) -> tuple[Any, int, int, PromptState]:
+        """One message in its context: (new message, original tokens, new tokens, next state)."""
+        self.stats.messages += 1
+        role, flat = message_text(message)
+        next_digest = hashlib.blake2b(
+            state.digest + role.encode() + b"\0" + flat.encode(), digest_size=16
+        ).digest()
+        canonical = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+        cache_key = hashlib.blake2b(state.digest + canonical, digest_size=16).digest()
+        entry = self._cache.get(cache_key)
+        if entry is None:
+            generated = self._generate(message, role, flat, state)
+            self._remember(cache_key, generated, 2 * len(canonical) + 200)
+        else:
+            generated = entry[0]
+            self._cache.move_to_end(cache_key)
+        new, expected, actual = generated
+        if expected == actual:
+            self.stats.messages_exact += 1
+        return new, expected, actual, PromptState(next_digest, state.offset_tokens + expected)
+
+    def _remember(self, key: bytes, value: tuple[Any, int, int], cost_bytes: int) -> None:
+        """Keep a rewritten message; the cost is a rough size estimate (original JSON, twice)."""
+        self._cache[key] = (value, cost_bytes)
+        self._cache_bytes += cost_bytes
+        while self._cache_bytes > self._cache_limit and len(self._cache) > 1:
+            _, (_, old_cost) = self._cache.popitem(last=False)
+            self._cache_bytes -= old_cost
+
+    def _generate(self, message: Any, role: str, flat: str, state: PromptState) -> tuple[Any, int, int]:
+        self.stats.messages_generated += 1
+        ids = self.fakes.tokenizer.encode(flat) if flat else []
+        seed = self.fakes.rekeyer.seed("message", state.digest + role.encode())
+        if not isinstance(message, dict):
+            new = self.fakes.text_for(message) if isinstance(message, str) else message
+            return new, len(ids), len(ids)
+        plain = _plain_field(message)
+        if plain is not None:
+            text = self.chunked(ids, seed, state.offset_tokens)
+            actual = self.fakes.count(text) if self.check_counts else len(ids)
+            return self._other_fields(message, {plain: text}), len(ids), actual
+        # Parts are filled from a seed of the whole message text, so different messages differ.
+        seed = self.fakes.rekeyer.seed("message-parts", seed + flat.encode())
+        template = JsonTemplate(self.fakes)
+        value = self._template(template, message, seed)
+        new, _, actual = fit_value(template, value, lambda m: message_text(m)[1], len(ids))
+        return new, len(ids), actual
+
+    def chunked(self, ids: list[int], seed: bytes, offset_tokens: int) -> str:
+        """Words for `ids`: one chunk per granularity-aligned run, drawn from the chain up to its end.
+
+        Each chunk's 64-byte chained digest holds 32 word indices, enough for a chunk (at most 16
+        tokens), so a chunk costs one hash: this loop is the anonymizer's hot path.
+        """
+        vocabulary = self.fakes.exact.vocabulary
+        mask = len(vocabulary) - 1
+        blake2b, unpack = hashlib.blake2b, _UNPACK_INDICES
+        g, n, start = self.granularity, len(ids), 0
+        words: list[str] = []
+        while start < n:
+            end = min(n, start + g - (offset_tokens + start) % g)
+            seed = blake2b(seed[:16] + array("I", ids[start:end]).tobytes(), digest_size=64).digest()
+            words.extend([vocabulary[i & mask] for i in unpack(seed)[: end - start]])
+            start = end
+        return "".join(words)
+
+    def _other_fields(self, message: dict, done: dict) -> dict:
+        """The message with its text fields from `done` and every other field made anonymous."""
+        template = JsonTemplate(self.fakes)
+        out = {}
+        for key, value in message.items():
+            out[key] = done[key] if key in done else self._field(template, key, value, b"")
+            if out[key] is _DROP:
+                del out[key]
+        return template.fill(out)
+
+    def _template(self, template: JsonTemplate, message: dict, seed: bytes) -> dict:
+        out = {}
+        for key, value in message.items():
+            new = self._field(template, key, value, seed)
+            if new is not _DROP:
+                out[key] = new
+        return out
+
+    def _field(self, template: JsonTemplate, key: str, value: Any, seed: bytes) -> Any:
+        fakes = self.fakes
+        if key in ("role", "type", "status", "index"):
+            return value
+        if key == "content":
+            return self._content(template, value, seed)
+        if key == "output" and isinstance(value, str):
+            return template.slot(_sub_seed(seed, 0), fakes.count(value))
+        if key == "tool_calls" and isinstance(value, list):
+            return [self._call(template, call) for call in value]
+        if key == "function_call" and isinstance(value, dict):
+            return self._function(template, value)
+        if key in ("tool_call_id", "call_id") and isinstance(value, str):
+            return fakes.rekeyer.id("call", value, "call_")
+        if key == "id" and isinstance(value, str):
+            return fakes.rekeyer.id("item", value, "id_")
+        if key == "name" and isinstance(value, str):
+            return fakes.identifier(value)
+        if key == "arguments" and isinstance(value, str):
+            return json_text_template(template, value)
+        if key in _UNCOUNTED_TEXT and isinstance(value, str):
+            return fakes.text_for(value)
+        if key == "audio" and isinstance(value, dict) and isinstance(value.get("id"), str):
+            return {"id": fakes.rekeyer.id("audio", value["id"], "audio_")}
+        if value is None and key in _UNCOUNTED_TEXT + ("name", "tool_calls", "function_call", "audio"):
+            return None
+        self.stats.dropped_fields[f"message.{key}"] += 1
+        return _DROP
+
+    def _content(self, template: JsonTemplate, content: Any, seed: bytes) -> Any:
+        if isinstance(content, str):
+            return template.slot(_sub_seed(seed, 0), self.fakes.count(content))
+        if isinstance(content, list):
+            out = []
+            for index, part in enumerate(content):
+                if isinstance(part, str):
+                    out.append(template.slot(_sub_seed(seed, index), self.fakes.count(part)))
+                elif isinstance(part, dict):
+                    out.append(self._part(template, part, _sub_seed(seed, index)))
+                else:
+                    out.append(part)
+            return out
+        return template.value(content)
+
+    def _part(self, template: JsonTemplate, part: dict, seed: bytes) -> dict:
+        """A content part: text replaced, images and audio by stand-ins, type and count kept."""
+        fakes = self.fakes
+        out: dict[str, Any] = {}
+        for key, value in part.items():
+            if key == "type" or (key == "detail" and value in _DETAILS):
+                out[key] = value
+            elif key == "text" and isinstance(value, str):
+                out[key] = template.slot(seed, fakes.count(value))
+            elif key == "image_url" and isinstance(value, dict):
+                url = value.get("url") if isinstance(value.get("url"), str) else ""
+                image = {"url": self._image(url)}
+                if value.get("detail") in _DETAILS:
+                    image["detail"] = value["detail"]
+                out[key] = image
+            elif key == "image_url" and isinstance(value, str):
+                out[key] = self._image(value)
+            elif key == "input_audio" and isinstance(value, dict):
+                out[key] = {"data": silent_wav_base64(), "format": "wav"}
+            elif key == "file_id" and isinstance(value, str):
+                out[key] = fakes.rekeyer.id("file", value, "file-")
+            else:
+                self.stats.dropped_fields[f"part.{key}"] += 1
+        return out
+
+    def _image(self, url: str) -> str:
+        return png_data_url(self.fakes.rekeyer.seed("image", url.encode())[:3])
+
+    def _call(self, template: JsonTemplate, call: Any) -> Any:
+        if not isinstance(call, dict):
+            return template.value(call)
+        out: dict[str, Any] = {}
+        for key, value in call.items():
+            if key in ("type", "index"):
+                out[key] = value
+            elif key == "id" and isinstance(value, str):
+                out[key] = self.fakes.rekeyer.id("call", value, "call_")
+            elif key == "function" and isinstance(value, dict):
+                out[key] = self._function(template, value)
+            else:
+                self.stats.dropped_fields[f"tool_call.{key}"] += 1
+        return out
+
+    def _function(self, template: JsonTemplate, function: dict) -> dict:
+        out: dict[str, Any] = {}
+        for key, value in function.items():
+            if key == "name" and isinstance(value, str):
+                out[key] = self.fakes.identifier(value)
+            elif key == "arguments" and isinstance(value, str):
+                out[key] = json_text_template(template, value)
+            else:
+                out[key] = template.value(value)
+        return out
+
+    # -- responses and completions prompts ------------------------------------------------------
+
+    def response(
+        self, state: PromptState, text: str | None, tool_calls: list | None
+    ) -> tuple[Any, Any, list[Miss]]:
+        """The answer rewritten as the assistant message that follows the prompt, so it equals its
+        copy in the next turn's history. Returns (new text, new tool calls, misses).
+        """
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        new, expected, actual, _ = self.message(message, state)
+        misses = [Miss("response", expected, actual)] if expected != actual else []
+        return new.get("content"), new.get("tool_calls") if tool_calls is not None else None, misses
+
+    def prompt(self, prompt: Any) -> tuple[Any, list[Miss]]:
+        """A completions/embeddings prompt: text, a batch of texts, token ids or batches of ids."""
+        if isinstance(prompt, str):
+            new, expected, actual, _ = self.message({"role": "prompt", "content": prompt}, PromptState())
+            return new["content"], [Miss("prompt", expected, actual)] if expected != actual else []
+        if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+            state, out, misses = PromptState(), [], []
+            for index, item in enumerate(prompt):
+                new, expected, actual, state = self.message({"role": "prompt", "content": item}, state)
+                out.append(new["content"])
+                if expected != actual:
+                    misses.append(Miss(f"prompt item {index}", expected, actual))
+            return out, misses
+        if isinstance(prompt, list) and all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
+            return self._ids(prompt), []
+        if isinstance(prompt, list) and all(isinstance(p, list) for p in prompt):
+            return [
+                self._ids(p) if all(isinstance(t, int) for t in p) else self.prompt(p)[0] for p in prompt
+            ], []
+        template = JsonTemplate(self.fakes)
+        return template.fill(template.value(prompt)), []
+
+    def _ids(self, ids: list[int]) -> list[int]:
+        """Token ids of the same length, from the vocabulary words, keyed by the whole id sequence."""
+        seed = self.fakes.rekeyer.seed("token-ids", array("q", ids).tobytes())
+        return self.fakes.exact.token_ids(len(ids), seed)
+
+
+def overlay_words(texts_owner: list, nonce_words: list[str]) -> tuple[list, int]:
+    """Put `nonce_words` over the first words of a rewritten prompt (messages or prompt strings).
+
+    Each word is one token, so no count changes; returns (new list, words placed). Copy-on-write:
+    cached messages are never modified.
+    """
+    remaining = list(nonce_words)
+    out = []
+    for item in texts_owner:
+        if remaining:
+            item = _overlay_item(item, remaining)
+        out.append(item)
+    return out, len(nonce_words) - len(remaining)
+
+
+def _overlay_item(item: Any, remaining: list[str]) -> Any:
+    if isinstance(item, str):
+        return _overlay_text(item, remaining)
+    if not isinstance(item, dict):
+        return item
+    item = dict(item)
+    for key in ("content", "output"):
+        value = item.get(key)
+        if isinstance(value, str):
+            item[key] = _overlay_text(value, remaining)
+        elif isinstance(value, list) and key == "content":
+            parts = []
+            for part in value:
+                if remaining and isinstance(part, dict) and isinstance(part.get("text"), str):
+                    part = {**part, "text": _overlay_text(part["text"], remaining)}
+                elif remaining and isinstance(part, str):
+                    part = _overlay_text(part, remaining)
+                parts.append(part)
+            item[key] = parts
+    return item
+
+
+def _overlay_text(text: str, remaining: list[str]) -> str:
+    words = text.split(" ")[1:]  # generated text is " w1 w2 ...": one leading space per word
+    take = min(len(words), len(remaining))
+    if take == 0:
+        return text
+    placed = [remaining.pop(0).lstrip(" ") for _ in range(take)]
+    return " " + " ".join(placed + words[take:])
+
+
+def _sub_seed(seed: bytes, index: int) -> bytes:
+    return hashlib.blake2b(seed + index.to_bytes(4, "little"), digest_size=16).digest()
+
+
+class _Drop:
+    def __repr__(self) -> str:
+        return "<drop>"
+
+
+_DROP = _Drop()
