@@ -1,11 +1,7 @@
 """Keyed, prefix-preserving replacement of chat messages, completions prompts and responses.
 
-Message tokens (the recorder's definition, recorder/request_shape.py): the text content (a string,
-or the text parts joined by "\\n"; images and other parts count nothing) followed directly by each
-tool call's function name and arguments; a Responses `function_call` item counts name + arguments,
-a `function_call_output` its output. A prompt's tokens are its messages' tokens concatenated, no
-chat template. Text is replaced chunk by chunk (chunks end at global positions that are multiples
-of GRANULARITY_TOKENS, which divides the block size, and at message ends); a chunk's words are a
+Message tokens are counted as llmreplay.chat_text defines for every stage. Text is replaced chunk
+by chunk (chunks end at global positions that are multiples of GRANULARITY_TOKENS, which divides the block size, and at message ends); a chunk's words are a
 keyed function of every original token and role before its end, so equal prefixes stay equal and
 different ones differ from their first differing chunk on.
 """
@@ -25,6 +21,7 @@ import orjson
 from anonymizer.fakes import Fakes
 from anonymizer.media import png_data_url, silent_wav_base64
 from anonymizer.tools_schema import JsonTemplate, fit_value, json_text_template
+from llmreplay.chat_text import message_text
 
 GRANULARITY_TOKENS = 16  # at most 32: one 64-byte digest draws a whole chunk
 _UNPACK_INDICES = struct.Struct("<32H").unpack
@@ -32,39 +29,6 @@ DEFAULT_CACHE_BYTES = 128 * 1024 * 1024
 ROOT_DIGEST = bytes(16)
 _DETAILS = ("auto", "low", "high")
 _UNCOUNTED_TEXT = ("refusal", "reasoning_content", "reasoning")
-
-
-def content_text(content: Any) -> str:
-    """Text of a message's content: a string, or the text parts of a list joined by newlines."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if isinstance(part, str):
-                texts.append(part)
-            elif isinstance(part, dict) and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-        return "\n".join(texts)
-    return ""
-
-
-def message_text(message: Any) -> tuple[str, str]:
-    """(role, the text whose tokens are the message's tokens)."""
-    if not isinstance(message, dict):
-        return "unknown", ""
-    kind = message.get("type")
-    if kind == "function_call":
-        return "assistant", f"{message.get('name') or ''}{message.get('arguments') or ''}"
-    if kind == "function_call_output":
-        return "tool", str(message.get("output") or "")
-    role = message.get("role") if isinstance(message.get("role"), str) else "unknown"
-    parts = [content_text(message.get("content"))]
-    for call in message.get("tool_calls") or ():
-        function = call.get("function") if isinstance(call, dict) else None
-        if isinstance(function, dict):
-            parts.append(f"{function.get('name') or ''}{function.get('arguments') or ''}")
-    return role, "".join(parts)
 
 
 def _plain_field(message: dict) -> str | None:

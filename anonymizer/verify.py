@@ -20,8 +20,8 @@ import numpy as np
 import orjson
 
 from anonymizer.nonce import nonce_scope
-from anonymizer.replace_text import content_text, message_text
 from anonymizer.tools_schema import SCHEMA_KEEP, SCHEMA_KEYWORDS, SCHEMA_LIST, SCHEMA_MAP, SCHEMA_ONE
+from llmreplay.chat_text import content_text, message_text
 from llmreplay.exact_text import ExactText
 from llmreplay.prefix_hash import prefix_block_hashes
 from llmreplay.tokenizers import load_tokenizer

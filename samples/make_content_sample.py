@@ -16,6 +16,7 @@ from pathlib import Path
 
 from faker import Faker
 
+from llmreplay.chat_text import message_text
 from llmreplay.prefix_hash import prefix_block_hashes
 from llmreplay.tokenizers import load_tokenizer
 from llmreplay.trace_format import MessageShape, TraceMeta, TraceRecord
@@ -265,7 +266,7 @@ class SampleWriter:
         """Per-message token counts and the concatenated token ids (no chat template), as hashed."""
         shapes, ids = [], []
         for message in messages:
-            tokens = self.tokenizer.encode(_message_text(message))
+            tokens = self.tokenizer.encode(message_text(message)[1])
             shapes.append(MessageShape(message["role"], len(tokens)))
             ids.extend(tokens)
         return tuple(shapes), ids
@@ -300,12 +301,6 @@ class SampleWriter:
             pause_ms = self.rng.lognormvariate(9.3, 0.6)  # a person reads and types: ~11 s median
         self._last_pause_ns = int(pause_ms * 1000) * 1000  # whole microseconds, like arrival times
         return self._last_pause_ns
-
-
-def _message_text(message: dict) -> str:
-    if message.get("tool_calls"):
-        return json.dumps(message["tool_calls"])
-    return message["content"] or ""
 
 
 def _assistant_message(text: str | None, tool_calls: list | None) -> dict:

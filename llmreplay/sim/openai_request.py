@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from llmreplay.chat_text import message_text
+
 TOOL_CHOICE_MODES = ("none", "auto", "required")
 
 
@@ -103,32 +105,19 @@ def _messages(body: dict) -> list[dict]:
 
 
 def _message_text(index: int, message: dict) -> str:
-    """A message's text content; an assistant's tool calls count as name + arguments."""
+    """The text a message's tokens are counted over (llmreplay.chat_text), after checking its types."""
     content = message.get("content")
-    if content is None:
-        text = ""
-    elif isinstance(content, str):
-        text = content
-    elif isinstance(content, list):
-        parts = []
-        for part in content:
-            if not isinstance(part, dict):
-                raise InvalidRequest(f"messages[{index}].content parts must be objects", param="messages")
-            if part.get("type") == "text":
-                if not isinstance(part.get("text"), str):
-                    raise InvalidRequest(
-                        f"messages[{index}].content text part needs 'text'", param="messages"
-                    )
-                parts.append(part["text"])
-        text = "".join(parts)
-    else:
+    if content is not None and not isinstance(content, str | list):
         raise InvalidRequest(f"messages[{index}].content must be a string or an array", param="messages")
+    for part in content if isinstance(content, list) else ():
+        if not isinstance(part, dict):
+            raise InvalidRequest(f"messages[{index}].content parts must be objects", param="messages")
+        if part.get("type") == "text" and not isinstance(part.get("text"), str):
+            raise InvalidRequest(f"messages[{index}].content text part needs 'text'", param="messages")
     for call in message.get("tool_calls") or ():
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict):
+        if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
             raise InvalidRequest(f"messages[{index}].tool_calls entries need 'function'", param="messages")
-        text += str(function.get("name") or "") + str(function.get("arguments") or "")
-    return text
+    return message_text(message)[1]
 
 
 def _tools(body: dict, messages: list[dict]) -> tuple[tuple[str, ...], str | None]:

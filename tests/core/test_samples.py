@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from llmreplay.chat_text import message_text
 from llmreplay.importers.pipeline import ImportConfig, import_trace_file
 from llmreplay.trace_format import major_version
 from llmreplay.trace_io import read_trace, records_to_table
@@ -86,7 +87,7 @@ def test_content_sample_counts_and_hashes_match_its_content(content_sample):
     tokenizer = script.load_tokenizer()
     for record in content_sample.records():
         messages = json.loads(record.content_messages)
-        ids = [tokenizer.encode(script._message_text(m)) for m in messages]
+        ids = [tokenizer.encode(message_text(m)[1]) for m in messages]
         assert [(m.role, m.tokens) for m in record.messages] == [
             (m["role"], len(i)) for m, i in zip(messages, ids, strict=True)
         ]

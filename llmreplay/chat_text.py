@@ -1,0 +1,45 @@
+"""What text a chat message's tokens are counted over: one definition for every stage.
+
+A message counts its text content (a string, or the text parts of a list joined by "\\n"; images,
+audio and other parts count nothing) followed directly by each tool call's function name and
+arguments. A Responses API `function_call` item counts name + arguments, a `function_call_output`
+its output. A prompt's tokens are its messages' tokens concatenated, with no chat template.
+The recorder, the anonymizer, the sim and the sample generator all count this way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def content_text(content: Any) -> str:
+    """Text of a message's content: a string, or the text parts of a list joined by newlines."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+        return "\n".join(texts)
+    return ""
+
+
+def message_text(message: Any) -> tuple[str, str]:
+    """(role, the text whose tokens are the message's tokens)."""
+    if not isinstance(message, dict):
+        return "unknown", ""
+    kind = message.get("type")
+    if kind == "function_call":
+        return "assistant", f"{message.get('name') or ''}{message.get('arguments') or ''}"
+    if kind == "function_call_output":
+        return "tool", str(message.get("output") or "")
+    role = message.get("role") if isinstance(message.get("role"), str) else "unknown"
+    parts = [content_text(message.get("content"))]
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            parts.append(f"{function.get('name') or ''}{function.get('arguments') or ''}")
+    return role, "".join(parts)
