@@ -176,8 +176,9 @@ class Engine:
     def end_step(self, now_ns: int, clock: Callable[[], int] | None = None) -> None:
         """Every running sequence emits one token; finished or stopped ones leave the batch.
 
-        With `clock`, first and last tokens are stamped when actually written: in a big batch the
-        last write of a step comes measurably later than its start.
+        With `clock`, first and last tokens are stamped just before they are written: in a big batch
+        the last write of a step comes measurably later than its start, and a stamp taken after the
+        write could be later than the client's receipt when this process is preempted in between.
         """
         for seq in self._admitted_this_step:
             if seq.state == "running":
@@ -189,12 +190,12 @@ class Engine:
         emitted = 0
         for seq in self._running:
             number = seq.emitted_tokens + 1
+            stamp_ns = (
+                clock() if clock is not None and (number == 1 or number == seq.target_tokens) else now_ns
+            )
             if seq.sink.emit(seq, number, now_ns):
                 seq.emitted_tokens = number
                 emitted += 1
-                stamp_ns = (
-                    clock() if clock is not None and (number == 1 or number == seq.target_tokens) else now_ns
-                )
                 if number == 1:
                     seq.first_token_ns = stamp_ns
                 seq.last_token_ns = stamp_ns
