@@ -13,8 +13,15 @@ from dataclasses import dataclass
 
 from llmreplay.errors import BadInput
 
-# `owned_by` of /v1/models, or the Server header, names the engine.
-_ENGINE_MARKERS = (("vllm", "vllm"), ("sglang", "sglang"), ("tensorrt", "trtllm"), ("trtllm", "trtllm"))
+# `owned_by` of /v1/models, or the Server header, names the engine. `llmreplay sim` accepts vLLM's
+# length-forcing extensions (ignore_eos, min_tokens), so it is driven like vLLM.
+_ENGINE_MARKERS = (
+    ("vllm", "vllm"),
+    ("llmreplay-sim", "vllm"),
+    ("sglang", "sglang"),
+    ("tensorrt", "trtllm"),
+    ("trtllm", "trtllm"),
+)
 
 
 @dataclass(frozen=True, slots=True)
