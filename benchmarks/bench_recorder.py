@@ -1,10 +1,12 @@
 """Recorder overhead: direct to `llmreplay sim` vs bare mitmproxy (streaming passthrough) vs `llmreplay record`.
 
-Prints added TTFT and added last-chunk delay (p50/p99) per concurrency, throughput, proxy CPU per
-1,000 requests and per 1,000 chunks, memory over many requests, and buffered vs streamed TTFT.
+Prints added TTFT and added last-chunk delay (p50/p99) per concurrency, throughput, CPU per 1,000
+requests and per 1,000 chunks (the proxy process alone, and proxy + converter process), event-loop
+lag of bare mitmproxy and of the recorder, memory over many requests, and buffered vs streamed TTFT.
 All paths are measured in the same run, interleaved, so the (shared, noisy) machine affects them alike.
 
     .venv/bin/python benchmarks/bench_recorder.py [--concurrency 1,16,64] [--memory-requests 20000]
+        [--old-recorder DIR]   # also measure the recorder package found in DIR/recorder (e.g. a git archive)
 """
 
 from __future__ import annotations
@@ -32,7 +34,20 @@ PY = sys.executable
 
 # -- the bare proxies (same minimal mitmproxy master as the recorder, without the recorder) ------------
 class StreamAll:
-    """The architecture's floor: stream every response through, observe nothing."""
+    """The architecture's floor: stream every response through, observe nothing (but log loop lag,
+    measured the same way as the recorder does, so both lags come from one method)."""
+
+    def running(self) -> None:
+        from recorder.monitor import LagMonitor
+
+        self.lag = LagMonitor()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self.lag.run()), loop.create_task(self._report())]
+
+    async def _report(self) -> None:
+        while True:
+            await asyncio.sleep(5)
+            print(f"bare loop_lag_ms={self.lag.take_summary_ms()}", flush=True)
 
     def responseheaders(self, flow) -> None:
         flow.response.stream = True
@@ -88,8 +103,8 @@ class Path_:
     samples: dict = field(default_factory=dict)
 
 
-def start(cmd: list[str], ready: str, log: Path) -> subprocess.Popen:
-    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT, cwd=ROOT)
+def start(cmd: list[str], ready: str, log: Path, cwd: Path = ROOT) -> subprocess.Popen:
+    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT, cwd=cwd)
     wait_ok(ready, proc)
     return proc
 
@@ -164,13 +179,26 @@ def pct(values, q) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q)) / 1e6 if values else float("nan")
 
 
-def cpu_s(proc: subprocess.Popen) -> float:
-    times = psutil.Process(proc.pid).cpu_times()
-    return times.user + times.system
+def cpu_s(proc: subprocess.Popen, with_children: bool = False) -> float:
+    """User+sys CPU seconds of the proxy process, plus its live child processes (the converter)."""
+    process = psutil.Process(proc.pid)
+    members = [process] + (process.children(recursive=True) if with_children else [])
+    total = 0.0
+    for member in members:
+        try:
+            times = member.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def rss_mb(proc: subprocess.Popen) -> float:
     return psutil.Process(proc.pid).memory_info().rss / 1e6
+
+
+def children_rss_mb(proc: subprocess.Popen) -> float:
+    return sum(child.memory_info().rss for child in psutil.Process(proc.pid).children(recursive=True)) / 1e6
 
 
 # -- main ----------------------------------------------------------------------------------------------
@@ -184,8 +212,14 @@ def main() -> None:
     parser.add_argument("--memory-requests", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=2, help="interleaved repetitions of each latency phase")
     parser.add_argument("--phases", default="latency,cpu,throughput,memory")
+    parser.add_argument(
+        "--cpu-requests", type=int, default=400, help="requests per CPU sample (1-token load)"
+    )
+    parser.add_argument(
+        "--old-recorder", type=Path, default=None, help="DIR holding an older recorder/ package"
+    )
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-recorder-"))
+    work = args.work = Path(tempfile.mkdtemp(prefix="bench-recorder-"))
     procs: list[subprocess.Popen] = []
     try:
         sim_port = free_port()
@@ -209,13 +243,24 @@ def main() -> None:
             procs.append(paths[name].proc)
         port = free_port()
         cmd = [PY, "-m", "llmreplay.cli", "record", "--upstream", sim, "--listen", f"127.0.0.1:{port}", "-o", str(work / "trace"),
-               "--key-file", str(work / "key"), "--confdir", str(work / "mitm"), "--stats-interval", "30s"]  # fmt: skip
+               "--key-file", str(work / "key"), "--confdir", str(work / "mitm"), "--stats-interval", "5s"]  # fmt: skip
         paths["recorder"] = Path_(
             "recorder",
             f"http://127.0.0.1:{port}",
             start(cmd, f"http://127.0.0.1:{port}/health", work / "recorder.log"),
         )
         procs.append(paths["recorder"].proc)
+        if args.old_recorder:
+            port = free_port()
+            cmd = [PY, "-m", "llmreplay.cli", "record", "--upstream", sim, "--listen", f"127.0.0.1:{port}",
+                   "-o", str(work / "trace-old"), "--key-file", str(work / "key"), "--confdir", str(work / "mitm"),
+                   "--stats-interval", "30s"]  # fmt: skip
+            paths["old"] = Path_(
+                "old",
+                f"http://127.0.0.1:{port}",
+                start(cmd, f"http://127.0.0.1:{port}/health", work / "old.log", cwd=args.old_recorder),
+            )
+            procs.append(paths["old"].proc)
         asyncio.run(run_all(paths, args))
     finally:
         for proc in reversed(procs):
@@ -225,6 +270,7 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
         print(f"\nlogs and trace in {work}")
+    print_lag(work, {}, "whole run (all phases; saturation phases inflate the recorder's figure)")
     if (work / "trace").exists():
         from llmreplay.trace_io import read_trace
 
@@ -246,6 +292,16 @@ async def run_all(paths: dict[str, Path_], args) -> None:
 
 
 async def latency_phase(paths: dict[str, Path_], args) -> None:
+    starts = {name: log_size(args.work / f"{name}.log") for name in ("bare", "recorder")}
+    await latency_runs(paths, args)
+    print_lag(args.work, starts, "latency phase (concurrency " + args.concurrency + ")")
+
+
+def log_size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+async def latency_runs(paths: dict[str, Path_], args) -> None:
     print(
         f"\n== latency (client side, streaming, max_tokens={args.max_tokens}); added = path - direct, same run"
     )
@@ -262,7 +318,8 @@ async def latency_phase(paths: dict[str, Path_], args) -> None:
     )
     print(" ".join(f"{h:>{max(len(h), 5)}}" for h in header), "  req/s chunks/s err")
     for conc in [int(c) for c in args.concurrency.split(",")]:
-        names = ["direct", "bare", "recorder"] + (["buffered"] if conc <= 16 else [])
+        names = ["direct", "bare", "recorder"] + (["old"] if "old" in paths else [])
+        names += ["buffered"] if conc <= 16 else []
         merged = {name: Result() for name in names}
         for _ in range(args.rounds):
             for name in names:
@@ -290,38 +347,56 @@ async def latency_phase(paths: dict[str, Path_], args) -> None:
 
 
 async def cpu_phase(paths: dict[str, Path_], args) -> None:
-    """CPU per request and per chunk from two loads (1 and 64 tokens): cpu/request = a + b * chunks/request."""
-    print(
-        "\n== proxy CPU (process user+sys), concurrency 16, bare and recorder interleaved, median of rounds"
-    )
-    estimates: dict[str, list[tuple[float, float]]] = {"bare": [], "recorder": []}
+    """CPU per request and per chunk from two loads (1 and 64 tokens): cpu/request = a + b * chunks/request.
+
+    Two scopes: the proxy process alone (what the issue's target is about: it is the process on the
+    traffic's path), and proxy + children (the converter does the parsing, tokenizing and writing).
+    """
+    names = ["bare", "recorder"] + (["old"] if "old" in paths else [])
+    print(f"\n== CPU (user+sys), concurrency 16, {', '.join(names)} interleaved, median of rounds")
+    estimates = {(name, scope): [] for name in names for scope in ("proxy", "total")}
+    raw = {(name, scope): [] for name in names for scope in ("proxy", "total")}
     for _ in range(args.rounds + 1):
-        for name in ("bare", "recorder"):
+        for name in names:
             proc, points = paths[name].proc, []
-            for tokens, requests in ((1, 400), (64, 200)):
-                c0 = cpu_s(proc)
+            for tokens, requests in ((1, args.cpu_requests), (64, args.cpu_requests // 2)):
+                c0, t0 = cpu_s(proc), cpu_s(proc, with_children=True)
                 r = await run_load(paths[name].base, 16, requests, tokens)
-                await asyncio.sleep(0.3)  # let the writer thread finish the batch it was given
-                points.append((len(r.ttft_ns), r.chunks, cpu_s(proc) - c0))
-            (n1, k1, c1), (n2, k2, c2) = points
-            per_chunk = (c2 / n2 - c1 / n1) / (k2 / n2 - k1 / n1)
-            estimates[name].append((c1 / n1 - per_chunk * k1 / n1, per_chunk))
+                await asyncio.sleep(1.0)  # the converter (or writer thread) files the last batch
+                points.append((len(r.ttft_ns), r.chunks, cpu_s(proc) - c0, cpu_s(proc, True) - t0))
+            for scope, index in (("proxy", 2), ("total", 3)):
+                (n1, k1), (n2, k2) = points[0][:2], points[1][:2]
+                c1, c2 = points[0][index], points[1][index]
+                per_chunk = (c2 / n2 - c1 / n1) / (k2 / n2 - k1 / n1)
+                estimates[(name, scope)].append((c1 / n1 - per_chunk * k1 / n1, per_chunk))
+                raw[(name, scope)].append((c1 / n1,))
     cost = {}
-    for name, values in estimates.items():
+    for (name, scope), values in estimates.items():
         per_request = float(np.median([v[0] for v in values]))
         per_chunk = float(np.median([v[1] for v in values]))
-        cost[name] = (per_request, per_chunk)
-        print(f"{name:>9}: {per_request * 1e6:7.1f} ms CPU per 1,000 requests   {per_chunk * 1e6:6.1f} ms CPU per 1,000 chunks"
-              f"   (rounds: {', '.join(f'{a * 1e6:.0f}/{b * 1e6:.0f}' for a, b in values)})")  # fmt: skip
-    (br, bc), (rr, rc) = cost["bare"], cost["recorder"]
-    print(f"recorder / bare: per request {rr / br:.2f}x, per chunk {rc / bc:.2f}x")
+        cost[(name, scope)] = (per_request, per_chunk)
+        print(f"{name:>9} {scope:>5}: {per_request * 1e6:7.1f} ms CPU per 1,000 requests   {per_chunk * 1e6:6.1f} ms "
+              f"per 1,000 chunks   (rounds: {', '.join(f'{a * 1e6:.0f}/{b * 1e6:.0f}' for a, b in values)})")  # fmt: skip
+    raw_bare = float(np.median([p[0] for p in raw[("bare", "proxy")]])) * 1e6
+    for name in names[1:]:
+        for scope in ("proxy", "total"):
+            (br, bc), (rr, rc) = cost[("bare", "proxy")], cost[(name, scope)]
+            print(f"{name} {scope} / bare proxy: per request {rr / br:.2f}x, per chunk {rc / bc:.2f}x")
+    print("   (bare has no child process: its total equals its proxy figure)")
+    print("   measured directly, no fit: CPU per 1,000 requests of the 1-token load, median of rounds")
+    for name in names:
+        for scope in ("proxy", "total"):
+            direct = float(np.median([p[0] for p in raw[(name, scope)]])) * 1e6
+            print(f"{name:>9} {scope:>5}: {direct:7.1f} ms   ({direct / raw_bare:.2f}x bare)")
 
 
 async def throughput_phase(paths: dict[str, Path_], args) -> None:
     print(
         "\n== throughput at saturation, concurrency 64, max_tokens=4 (closed loop; the sim is not the limit)"
     )
-    for name in ("direct", "bare", "recorder"):
+    for name in ("direct", "bare", "recorder", "old"):
+        if name not in paths:
+            continue
         r = await run_load(paths[name].base, 64, 1500, 4)
         print(f"{name:>9}: {len(r.ttft_ns) / r.wall_s:7.1f} req/s  errors {r.errors}")
 
@@ -329,13 +404,28 @@ async def throughput_phase(paths: dict[str, Path_], args) -> None:
 async def memory_phase(paths: dict[str, Path_], args) -> None:
     print(f"\n== recorder memory over {args.memory_requests} requests (concurrency 64, max_tokens=4)")
     proc, batches = paths["recorder"].proc, 10
-    print(f"  after     0: RSS {rss_mb(proc):7.1f} MB")
+    print(f"  after      0: proxy RSS {rss_mb(proc):7.1f} MB   converter RSS {children_rss_mb(proc):7.1f} MB")
+    t0 = time.perf_counter()
     for i in range(batches):
         r = await run_load(paths["recorder"].base, 64, args.memory_requests // batches, 4)
         done = (i + 1) * args.memory_requests // batches
-        print(
-            f"  after {done:>5}: RSS {rss_mb(proc):7.1f} MB  ({len(r.ttft_ns) / r.wall_s:.0f} req/s, {r.errors} errors)"
-        )
+        print(f"  after {done:>6}: proxy RSS {rss_mb(proc):7.1f} MB   converter RSS {children_rss_mb(proc):7.1f} MB"
+              f"  ({len(r.ttft_ns) / r.wall_s:.0f} req/s, {r.errors} errors, {time.perf_counter() - t0:.0f} s)")  # fmt: skip
+
+
+def print_lag(work: Path, starts: dict[str, int], what: str) -> None:
+    """Loop-lag percentiles logged every 5 s by both proxies since `starts` (log offsets): median p50, p99s."""
+    import re
+
+    print(f"\n== event-loop lag during the {what} (20 ms sleeps; lag = delay added to every chunk in flight)")
+    for name in ("bare", "recorder"):
+        log = work / f"{name}.log"
+        text = log.read_bytes()[starts.get(name, 0) :].decode(errors="replace") if log.exists() else ""
+        p50s = [float(v) for v in re.findall(r"loop_lag_ms=\{'p50': ([0-9.]+)", text)]
+        p99s = [float(v) for v in re.findall(r"loop_lag_ms=\{'p50': [0-9.]+, 'p99': ([0-9.]+)", text)]
+        if p50s:
+            print(f"{name:>9}: p50 {np.median(p50s):6.2f} ms (median of {len(p50s)} periods)   "
+                  f"p99 median {np.median(p99s):6.2f} ms, worst period {max(p99s):6.2f} ms")  # fmt: skip
 
 
 if __name__ == "__main__":

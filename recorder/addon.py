@@ -1,4 +1,4 @@
-"""The mitmproxy addon: stamps LLM requests and taps their streams; the writer thread does the rest.
+"""The mitmproxy addon: stamps LLM requests and taps their streams, journals them; a converter process does the rest.
 
 Use as `mitmdump --mode reverse:URL -s recorder/addon.py --set llmreplay_out=DIR`, or through
 `llmreplay record`. The only module of the project that talks to mitmproxy's hook API.
@@ -17,28 +17,36 @@ from collections.abc import Sequence
 from mitmproxy import ctx, exceptions, http
 
 from llmreplay.errors import BadInput
-from llmreplay.tokenizers import load_tokenizer
-from llmreplay.trace_format import TraceMeta
 from recorder.capture import Capture
-from recorder.config import RecorderConfig, option_names
-from recorder.keys import load_or_create_key
+from recorder.config import RecorderConfig, check_tokenizer_spec, option_names
+from recorder.converter_spec import ConverterSpec
+from recorder.journal import Journal
+from recorder.keys import keyed_hash, load_or_create_key
 from recorder.monitor import LagMonitor
-from recorder.record_builder import BuildSettings, RecordBuilder
 from recorder.request_shape import endpoint_for_path
-from recorder.sessions import SessionTracker
-from recorder.writer import RecordWriter, WriterSettings
+from recorder.spool import SPOOL_DIR, SpoolLock
+from recorder.supervisor import ConverterSupervisor
 
 log = logging.getLogger("llmreplay.recorder")
 
 OPTION_PREFIX = "llmreplay_"
-_SECRET_HEADERS = ("api-key", "x-api-key")
+_REQUEST_HEADERS = frozenset((b"authorization", b"api-key", b"x-api-key", b"content-encoding"))
+_RESPONSE_HEADERS = frozenset((b"content-type", b"content-encoding", b"retry-after"))
+CONVERTER_STOP_TIMEOUT_S = 120.0
 
 
 class Recorder:
     def __init__(self) -> None:
         self.config: RecorderConfig | None = None
         self.live: dict[str, Capture] = {}  # insertion order == arrival order: the first is the oldest
-        self.writer: RecordWriter | None = None
+        self.journal: Journal | None = None  # set while recording
+        self.converter: ConverterSupervisor | None = None
+        self.startup_error: str | None = None
+        self._lock: SpoolLock | None = None
+        self._key = b""
+        self._key_hashes: dict[str, str] = {}
+        self._request_headers = _REQUEST_HEADERS
+        self._session_header = b""
         self.seen = 0
         self.passed_through = 0
         self.lag = LagMonitor()
@@ -70,107 +78,131 @@ class Recorder:
         if not config.out:
             self.config = None
             return
-        if self.writer is not None and config != self.config:
+        if self.journal is not None and config != self.config:
             raise exceptions.OptionsError(
                 "llmreplay_* options cannot change while recording; restart the recorder"
             )
         try:
             config.validated()
-            self._builder = self._make_builder(config)
+            check_tokenizer_spec(config.tokenizer)  # cheap: the converter loads it, not the proxy
+            self._key = load_or_create_key(config.key_file)
         except BadInput as exc:
             raise exceptions.OptionsError(str(exc)) from None
         self.config = config
         self._exact_paths = frozenset(p for p in config.paths if not _is_glob(p))
         self._glob_paths = tuple(p for p in config.paths if _is_glob(p))
-
-    def _make_builder(self, config: RecorderConfig) -> RecordBuilder:
-        settings = BuildSettings(
-            tokenizer=load_tokenizer(config.tokenizer),
-            key=load_or_create_key(config.key_file),
-            block_size=config.block_size,
-            content=config.content,
-            session_from_user=config.session_from_user,
-        )
-        return RecordBuilder(settings, SessionTracker(config.max_sessions))
+        self._session_header = config.session_header.lower().encode()
+        self._request_headers = _REQUEST_HEADERS | {self._session_header}
 
     # -- lifecycle -------------------------------------------------------------------------
     def running(self) -> None:
         if self.config is None:
             log.warning("llmreplay recorder: llmreplay_out is not set, so nothing is recorded")
             return
-        from pathlib import Path
-
-        config = self.config
-        meta = TraceMeta(
-            source="recorder",
-            block_size=config.block_size,
-            tokenizer=self._builder.settings.tokenizer.id,
-            content=config.content,
-            clock_domain="gateway",
-        )
-        settings = WriterSettings(
-            out_dir=Path(config.out).expanduser(),
-            meta=meta,
-            flush_interval_s=config.flush_interval_s,
-            rotate_s=config.rotate_seconds,
-            rotate_bytes=config.rotate_bytes,
-            run_token=self._run_token,
-        )
-        self.writer = RecordWriter(settings, self._builder)
         try:
-            self.writer.start()
+            self._start_recording(self.config)
         except BadInput as exc:
+            self.startup_error = str(exc)
             log.critical("llmreplay recorder: %s", exc)
-            self.writer = None
+            self._release()
             ctx.master.shutdown()
             return
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self.lag.run()), loop.create_task(self._tick())]
         log.info(
-            "llmreplay recorder: writing %s traces to %s",
-            "content" if config.content else "shape",
-            config.out,
+            "llmreplay recorder: writing %s traces to %s (converter pid %s)",
+            "content" if self.config.content else "shape",
+            self.config.out,
+            self.converter.pid,
         )
 
+    def _start_recording(self, config: RecorderConfig) -> None:
+        """Lock the directory, open the journal, then start the converter (it recovers earlier leftovers)."""
+        import os
+        from pathlib import Path
+
+        out_dir = Path(config.out).expanduser()
+        self._lock = SpoolLock(out_dir / SPOOL_DIR)
+        journal = Journal(out_dir / SPOOL_DIR, self._run_token, config.flush_interval_s)
+        journal.start()
+        self.journal = journal
+        spec = ConverterSpec(
+            out_dir=str(out_dir),
+            run_token=self._run_token,
+            parent_pid=os.getpid(),
+            tokenizer=config.tokenizer,
+            key=self._key,
+            block_size=config.block_size,
+            content=config.content,
+            session_from_user=config.session_from_user,
+            max_sessions=config.max_sessions,
+            flush_interval_s=config.flush_interval_s,
+            rotate_s=config.rotate_seconds,
+            rotate_bytes=config.rotate_bytes,
+            stats_interval_s=config.stats_interval_s,
+        )
+        self.converter = ConverterSupervisor(spec)
+        self.converter.start()
+
+    def _release(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
+            self.journal = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
     def done(self) -> None:
-        """Shutdown (or a script reload): in-flight requests are recorded as 'shutdown', then all is flushed."""
+        """Shutdown (or a script reload): in-flight requests are recorded as 'shutdown', then all is filed."""
         for task in self._tasks:
             task.cancel()
-        if self.writer is None:
+        if self.journal is None:
             return
         for cap in self.live.values():
             cap.outcome = "shutdown"
             cap.end_ns = cap.end_ns or time.perf_counter_ns()
-            self.writer.submit(cap)
+            self.journal.submit(cap)
         self.live.clear()
-        self.writer.close()
-        log.info("llmreplay recorder stopped: %s", self.counters())
-        self.writer = None
+        self.journal.close()  # writes the end-of-run marker the converter waits for
+        filed = self.converter.stop(CONVERTER_STOP_TIMEOUT_S)
+        counters = self.counters()
+        self._release()
+        if filed:
+            log.info("llmreplay recorder stopped: %s", counters)
+        else:
+            log.critical(
+                "llmreplay recorder stopped, some rows still in %s/%s: %s",
+                self.config.out,
+                SPOOL_DIR,
+                counters,
+            )
 
     def counters(self) -> dict:
-        writer = self.writer
+        journal = self.journal
         return {
             "seen": self.seen,
-            "recorded": writer.rows_spooled if writer else 0,
-            "in_files": writer.rows_in_files if writer else 0,
-            "parse_problems": writer.problems if writer else 0,
+            "recorded": journal.captures_written if journal else 0,
             "live": len(self.live),
-            "writer_backlog": writer.backlog if writer else 0,
+            "journal_backlog": journal.backlog if journal else 0,
             "passed_through": self.passed_through,
+            "converter_restarts": self.converter.restarts if self.converter else 0,
         }
 
     async def _tick(self) -> None:
-        """Watermark for the writer every flush interval; counters and lag every stats interval."""
+        """Watermark into the journal every flush interval, converter health too; counters and lag less often."""
         config = self.config
         last_stats = time.monotonic()
         while True:
             await asyncio.sleep(config.flush_interval_s)
-            self.writer.tick(self._watermark_unix_ns(config.reorder_window_s))
-            if self.writer.failure is not None:
+            self.journal.tick(self._watermark_unix_ns(config.reorder_window_s))
+            if self.journal.failure is not None:
                 log.critical(
-                    "llmreplay recorder: writer failed (%s); stopping the proxy", self.writer.failure
+                    "llmreplay recorder: journal failed (%s); stopping the proxy", self.journal.failure
                 )
                 ctx.master.shutdown()  # unrecorded traffic is worse than a stopped recorder
+                return
+            if not self.converter.check():
+                ctx.master.shutdown()
                 return
             if time.monotonic() - last_stats >= config.stats_interval_s:
                 last_stats = time.monotonic()
@@ -187,7 +219,7 @@ class Recorder:
 
     # -- flow hooks ------------------------------------------------------------------------
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        if self.writer is None:
+        if self.journal is None:
             return
         request = flow.request
         path = request.path.split("?", 1)[0]
@@ -203,13 +235,14 @@ class Recorder:
             self._unix_ns(now),
             self.config.max_capture_bytes,
         )
-        headers = request.headers
-        auth = headers.get("authorization", "")
-        cap.api_key = auth[7:].strip() if auth[:7].lower() == "bearer " else (auth or None)
-        for name in _SECRET_HEADERS:
-            cap.api_key = cap.api_key or headers.get(name)
-        if self.config.session_header:
-            cap.session_value = headers.get(self.config.session_header)
+        found = _first_values(request.headers.fields, self._request_headers)
+        auth = found.get(b"authorization", "")
+        api_key = auth[7:].strip() if auth[:7].lower() == "bearer " else auth
+        api_key = api_key or found.get(b"api-key") or found.get(b"x-api-key")
+        if api_key:  # hashed here, so the journal never holds the key itself
+            cap.api_key_hash = self._api_key_hash(api_key)
+        cap.session_value = found.get(self._session_header)
+        cap.request_encoded = b"content-encoding" in found
         self.live[flow.id] = cap
 
     def request(self, flow: http.HTTPFlow) -> None:
@@ -221,7 +254,7 @@ class Recorder:
             cap.request_error = (
                 "request body was streamed by mitmproxy (stream_large_bodies is set), so not parsed"
             )
-        elif "content-encoding" in request.headers:
+        elif cap.request_encoded:
             cap.request_body = request.get_content(strict=False)  # rare; decoding here is the only option
         else:
             cap.request_body = request.raw_content
@@ -235,10 +268,10 @@ class Recorder:
             return
         cap.headers_ns = time.perf_counter_ns()
         cap.status = response.status_code
-        headers = response.headers
-        cap.content_type = headers.get("content-type", "").lower()
-        cap.content_encoding = headers.get("content-encoding")
-        cap.retry_after = headers.get("retry-after")
+        found = _first_values(response.headers.fields, _RESPONSE_HEADERS)
+        cap.content_type = found.get(b"content-type", "").lower()
+        cap.content_encoding = found.get(b"content-encoding")
+        cap.retry_after = found.get(b"retry-after")
         response.stream = cap.tap
 
     def response(self, flow: http.HTTPFlow) -> None:
@@ -251,7 +284,7 @@ class Recorder:
             cap.reads = [(time.perf_counter_ns(), flow.response.raw_content or b"")]
         cap.end_ns = cap.end_ns or time.perf_counter_ns()
         cap.outcome = "response"
-        self.writer.submit(cap)
+        self.journal.submit(cap)
 
     def error(self, flow: http.HTTPFlow) -> None:
         cap = self.live.pop(flow.id, None)
@@ -260,10 +293,30 @@ class Recorder:
         cap.outcome = "error"
         cap.error_msg = flow.error.msg if flow.error else "unknown error"
         cap.server_connected = flow.server_conn.timestamp_tcp_setup is not None
-        self.writer.submit(cap)
+        self.journal.submit(cap)
+
+    def _api_key_hash(self, api_key: str) -> str:
+        """Keyed hashes of the few keys a gateway sees, remembered: hashing each request costs µs on the loop."""
+        cached = self._key_hashes.get(api_key)
+        if cached is None:
+            if len(self._key_hashes) >= 4096:
+                self._key_hashes.clear()
+            cached = self._key_hashes[api_key] = keyed_hash(self._key, api_key, "k")
+        return cached
 
     def _recorded(self, path: str) -> bool:
         return path in self._exact_paths or any(fnmatch.fnmatchcase(path, g) for g in self._glob_paths)
+
+
+def _first_values(fields, wanted: frozenset[bytes]) -> dict[bytes, str]:
+    """The first value of each wanted header, in one pass over the raw fields (Headers.get costs
+    a case-folding scan per call, and this runs for every request on the event loop)."""
+    found: dict[bytes, str] = {}
+    for name, value in fields:
+        name = name.lower()
+        if name in wanted and name not in found:
+            found[name] = value.decode("utf-8", "surrogateescape")
+    return found
 
 
 def _is_glob(pattern: str) -> bool:

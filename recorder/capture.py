@@ -2,7 +2,7 @@
 
 The stream tap is the hottest code in the recorder (once per socket read of every stream), so it
 only stamps the read and keeps a reference to the bytes; decoding and SSE parsing happen later
-in the writer thread, which replays the reads in order with their stamps.
+in the converter process, which replays the reads in order with their stamps.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ _now_ns = time.perf_counter_ns
 
 
 class Capture:
-    """Mutable while the flow is live; handed to the writer thread once, then never touched here."""
+    """Mutable while the flow is live; handed to the journal once, then never touched here."""
 
     __slots__ = (
         "request_id",
@@ -22,7 +22,8 @@ class Capture:
         "arrival_unix_ns",
         "request_body",
         "request_error",
-        "api_key",
+        "request_encoded",
+        "api_key_hash",
         "session_value",
         "status",
         "content_type",
@@ -49,7 +50,8 @@ class Capture:
         self.arrival_unix_ns = arrival_unix_ns  # wall-clock anchor, for arrival_time only
         self.request_body: bytes | None = None
         self.request_error: str | None = None
-        self.api_key: str | None = None  # kept in memory only; the writer stores a keyed hash
+        self.request_encoded = False  # the request body has a content-encoding
+        self.api_key_hash: str | None = None  # keyed at once: the key itself never leaves the flow
         self.session_value: str | None = None
         self.status: int | None = None
         self.content_type = ""

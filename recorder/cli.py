@@ -87,7 +87,7 @@ def record(upstream, listen, out, content, session_header, session_from_user, to
     """Record LLM traffic at the gateway: stream it through untouched, write one trace row per request."""
     import logging
 
-    from recorder.config import RecorderConfig, parse_duration_s
+    from recorder.config import RecorderConfig, check_tokenizer_spec, parse_duration_s
     from recorder.embedded import RecordRun, run_recorder
 
     given = {
@@ -104,7 +104,7 @@ def record(upstream, listen, out, content, session_header, session_from_user, to
         "stats_interval_s": parse_duration_s(stats_interval, "--stats-interval") if stats_interval else None,
     }
     config = RecorderConfig(**{k: v for k, v in given.items() if v is not None}).validated()
-    _check_tokenizer(config.tokenizer)
+    check_tokenizer_spec(config.tokenizer)
     run_fields = {"upstream": _upstream(upstream), "recorder": config, "uvloop": uvloop}
     if listen:
         run_fields["listen_host"], run_fields["listen_port"] = _listen(listen)
@@ -122,9 +122,3 @@ def record(upstream, listen, out, content, session_header, session_from_user, to
         err=True,
     )
     run_recorder(run)
-
-
-def _check_tokenizer(spec: str) -> None:
-    from llmreplay.tokenizers import load_tokenizer
-
-    load_tokenizer(spec)  # raises BadInput now rather than inside the proxy

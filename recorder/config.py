@@ -112,3 +112,19 @@ def parse_rotate(text: str) -> tuple[float | None, int | None]:
     if seconds is None and size is None:
         raise BadInput(f"--rotate {text!r}: give a time (1h) or a size (256MB)")
     return seconds, size
+
+
+def check_tokenizer_spec(spec: str) -> None:
+    """Refuse an obviously wrong --tokenizer without loading it: the proxy never loads a tokenizer
+    (the converter process does, and reports a failure at start)."""
+    if spec == DEFAULT_TOKENIZER or (spec.startswith("tiktoken:") and len(spec) > len("tiktoken:")):
+        return
+    path = Path(spec.removeprefix("hf:")).expanduser()
+    if path.suffix == ".json" or spec.startswith("hf:"):
+        if not path.is_file():
+            raise BadInput(f"--tokenizer {spec}: no such file")
+        return
+    raise BadInput(
+        f"--tokenizer {spec}: unknown tokenizer (use '{DEFAULT_TOKENIZER}', 'tiktoken:<encoding>' "
+        "or a path to a Hugging Face tokenizer.json)"
+    )

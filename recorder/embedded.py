@@ -87,6 +87,8 @@ async def _serve(run: RecordRun) -> None:
     if run.duration_s is not None:
         loop.call_later(run.duration_s, drain, f"--duration {run.duration_s:g}s reached")
     await master.run()
+    if recorder.startup_error:
+        raise BadInput(recorder.startup_error)
 
 
 async def _drain(master, recorder, timeout_s: float) -> None:

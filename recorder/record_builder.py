@@ -1,4 +1,4 @@
-"""Capture -> TraceRecord: parse, tokenize, hash, classify, link sessions. Runs in the writer thread.
+"""Capture -> TraceRecord: parse, tokenize, hash, classify, link sessions. Runs in the converter process.
 
 Every capture yields exactly one record, whatever is wrong with it; what could not be parsed is
 reported back as a problem string (counted, never written).
@@ -65,7 +65,7 @@ class RecordBuilder:
             model=request.model,
             stream=request.stream,
             user_id=keyed_hash(settings.key, request.user, "u") if request.user else None,
-            api_key_hash=keyed_hash(settings.key, cap.api_key, "k") if cap.api_key else None,
+            api_key_hash=cap.api_key_hash,
             http_status=cap.status,
             error_kind=error_kind,
             retry_after_ms=_retry_after_ms(cap.retry_after) if cap.status == 429 else None,

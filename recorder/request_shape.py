@@ -1,6 +1,6 @@
 """Request JSON -> the fields a trace row needs: model, sampling, tools, schema, message texts.
 
-Pure (no tokenizing here: that happens in the writer thread). Raises ValueError for a body that
+Pure (no tokenizing here: that happens in the converter process). Raises ValueError for a body that
 is not a JSON object, so the caller can count it and still record the request.
 """
 

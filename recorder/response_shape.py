@@ -1,7 +1,7 @@
 """Response -> timing and token facts: which SSE events carried tokens, usage, finish reason, tool calls.
 
 Pure functions over what the stream tap captured (event payloads with their arrival stamps, or a
-whole JSON body). Runs in the writer thread, never on the proxy's event loop.
+whole JSON body). Runs in the converter process, never on the proxy's event loop.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The writer thread: builds rows off the event loop, spools them, and writes sorted, rotated Parquet files.
+"""Rows -> spool -> sorted, rotated Parquet files, inside the converter process; and row-spool recovery.
 
 Rows finish in completion order but a trace file must be sorted by arrival, so rows wait in a
-heap until the event loop's watermark (the oldest live request's arrival) has passed them.
+heap until the proxy's watermark (the oldest live request's arrival) has passed them.
 """
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ from __future__ import annotations
 import heapq
 import logging
 import os
-import queue
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,17 +17,11 @@ import pyarrow as pa
 
 from llmreplay.trace_format import TraceMeta, trace_schema
 from llmreplay.trace_io import TraceWriter
-from recorder.capture import Capture
-from recorder.record_builder import RecordBuilder
-from recorder.spool import SPOOL_DIR, SpoolLock, SpoolSegment, leftover_segments, read_segment
+from recorder.spool import SPOOL_DIR, SpoolSegment, leftover_segments, read_segment
 
 log = logging.getLogger("llmreplay.recorder")
 
 ROW_GROUP_ROWS = 10_000
-# Pause between batches: waking once per request costs a thread switch and a GIL hand-off each
-# time; rows still reach the spool well within the 1 s promise.
-BATCH_WAIT_S = 0.05
-_STOP = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,125 +31,58 @@ class WriterSettings:
     flush_interval_s: float
     rotate_s: float | None
     rotate_bytes: int | None
-    run_token: str
+    file_token: str  # "<run token>-<converter pid>": unique per converter, starts with the run token
 
 
-class RecordWriter:
-    """Owns everything on disk. `submit` and `tick` are the only calls made from the event loop."""
+class RowFiler:
+    """Owns the row spool and the Parquet files; driven by one loop, no thread of its own."""
 
-    def __init__(self, settings: WriterSettings, builder: RecordBuilder):
+    def __init__(self, settings: WriterSettings):
         self.settings = settings
-        self.builder = builder
         self.spool_dir = settings.out_dir / SPOOL_DIR
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="llmreplay-writer", daemon=True)
-        self._lock: SpoolLock | None = None
+        self.spool_dir.mkdir(parents=True, exist_ok=True)
         self._heap: list[tuple[int, int, dict]] = []
         self._late: list[dict] = []
         self._seq = 0
         self._watermark_us = 0
         self._emitted_high_us = -1
         self._segment: _Segment | None = None
+        self._number = 0
         self.rows_spooled = 0
         self.rows_in_files = 0
-        self.problems = 0
         self.files_written = 0
-        self.failure: BaseException | None = None
 
-    # -- event-loop side -------------------------------------------------------------------
-    def submit(self, cap: Capture) -> None:
-        self._queue.put(cap)
+    def add(self, rows: list[dict]) -> None:
+        """Spool the rows (the OS has them on return) and hold them until the watermark passes."""
+        if not rows:
+            return
+        self._open_segment().spool.append(rows)
+        self.rows_spooled += len(rows)
+        for row in rows:
+            self._hold(row)
 
-    def tick(self, watermark_unix_ns: int) -> None:
-        """Every request still live arrived at or after this instant (unix ns)."""
-        self._queue.put(("tick", watermark_unix_ns))
+    def watermark(self, watermark_unix_ns: int) -> None:
+        """Every request still live in the proxy arrived at or after this instant."""
+        self._watermark_us = max(self._watermark_us, watermark_unix_ns // 1000)
 
-    @property
-    def backlog(self) -> int:
-        return self._queue.qsize()
+    def sync(self) -> None:
+        if self._segment:
+            self._segment.spool.sync()
 
-    # -- lifecycle -------------------------------------------------------------------------
-    def start(self) -> None:
-        self._lock = SpoolLock(self.spool_dir)
-        recovered = recover_spool(self.settings.out_dir, self.settings.meta)
-        if recovered:
-            log.warning("recovered %d rows left in the spool by an earlier run", recovered)
-        self._thread.start()
+    def file_ready(self) -> None:
+        """Write the rows the watermark has passed; rotate the file when it is due."""
+        self._emit_ready()
+        if self._segment and self._segment.due(self.settings):
+            self._rotate()
 
-    def close(self, timeout_s: float = 60.0) -> None:
-        """Flush every row into Parquet and stop (called after the last submit)."""
-        if self._thread.is_alive():
-            self._queue.put(_STOP)
-            self._thread.join(timeout_s)
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
-
-    # -- writer thread ---------------------------------------------------------------------
-    def _run(self) -> None:
-        try:
-            last_sync = time.monotonic()
-            while True:
-                items = self._drain()
-                stop = self._absorb(items)
-                now = time.monotonic()
-                if self._segment and now - last_sync >= self.settings.flush_interval_s:
-                    self._segment.spool.sync()
-                    last_sync = now
-                self._emit_ready()
-                if self._segment and self._segment.due(self.settings):
-                    self._rotate()
-                if stop:
-                    break
-            self._watermark_us = 1 << 62
-            self._emit_ready()
-            if self._segment:
-                self._segment.finish(self._late)
-                self.files_written += 1
-                self._segment = None
-        except BaseException as exc:  # noqa: BLE001 - reported to the addon, which stops the proxy
-            self.failure = exc
-            log.critical("recorder writer failed: %s: %s", type(exc).__name__, exc, exc_info=True)
-
-    def _drain(self) -> list:
-        time.sleep(BATCH_WAIT_S)
-        try:
-            items = [self._queue.get(timeout=self.settings.flush_interval_s)]
-        except queue.Empty:
-            return []
-        while len(items) < 4096:
-            try:
-                items.append(self._queue.get_nowait())
-            except queue.Empty:
-                break
-        return items
-
-    def _absorb(self, items: list) -> bool:
-        rows, stop = [], False
-        for item in items:
-            if item is _STOP:
-                stop = True
-            elif isinstance(item, tuple):
-                self._watermark_us = max(self._watermark_us, item[1] // 1000)
-            else:
-                rows.append(self._build_row(item))
-        if rows:
-            segment = self._open_segment()
-            segment.spool.append(rows)
-            self.rows_spooled += len(rows)
-            for row in rows:
-                self._hold(row)
-        return stop
-
-    def _build_row(self, cap: Capture) -> dict:
-        record, problems = self.builder.build(cap)
-        if problems:
-            self.problems += 1
-            log.info("request %s: recorded with problems: %s", cap.request_id, "; ".join(problems))
-        row = record.to_row()
-        if not self.settings.meta.content:
-            row = {k: v for k, v in row.items() if not k.startswith("content_")}
-        return row
+    def finish(self) -> None:
+        """Clean stop: every held row into the current file, which is then renamed into place."""
+        self._watermark_us = 1 << 62
+        self._emit_ready()
+        if self._segment:
+            self._segment.finish(self._late)
+            self.files_written += 1
+            self._segment = None
 
     def _hold(self, row: dict) -> None:
         arrival = row["arrival_time"]
@@ -179,7 +104,8 @@ class RecordWriter:
 
     def _open_segment(self) -> _Segment:
         if self._segment is None:
-            self._segment = _Segment.create(self.settings, self.spool_dir)
+            self._number += 1
+            self._segment = _Segment.create(self.settings, self.spool_dir, self._number)
         return self._segment
 
     def _rotate(self) -> None:
@@ -207,9 +133,8 @@ class _Segment:
         self._written_rows = 0
 
     @classmethod
-    def create(cls, settings: WriterSettings, spool_dir: Path) -> _Segment:
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        name = f"trace-{stamp}-{settings.run_token}-{_next_number()}"
+    def create(cls, settings: WriterSettings, spool_dir: Path, number: int) -> _Segment:
+        name = f"trace-{_stamp()}-{settings.file_token}-{number:05d}"
         (spool_dir / f"{name}.meta.json").write_bytes(settings.meta.to_json())
         return cls(name, settings, SpoolSegment(spool_dir / f"{name}.jsonl"))
 
@@ -251,14 +176,14 @@ class _Segment:
         (self.spool.path.with_suffix(".meta.json")).unlink(missing_ok=True)
 
 
-_counter_lock = threading.Lock()
-_counter = [0]
+def _stamp() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
 
 
-def _next_number() -> str:
-    with _counter_lock:
-        _counter[0] += 1
-        return f"{_counter[0]:05d}"
+def run_token_of(file_name: str) -> str:
+    """Trace and spool files are named `trace-<stamp>-<run token>-...`."""
+    parts = file_name.split("-")
+    return parts[2] if len(parts) > 3 else ""
 
 
 def write_rows(path: Path, rows: list[dict], meta: TraceMeta) -> None:
@@ -269,35 +194,41 @@ def write_rows(path: Path, rows: list[dict], meta: TraceMeta) -> None:
 
 
 def recover_spool(out_dir: Path, meta: TraceMeta) -> int:
-    """Turn spool segments left by a crash into Parquet files; returns the number of rows recovered.
+    """Turn row-spool segments left by a dead converter into Parquet files; returns the rows recovered.
 
-    Segment N whose Parquet file exists was already written (its carried rows live in N+1);
-    otherwise its rows are written now and excluded from N+1, where rotation may have copied them.
+    A row may sit in two segments (rotation carries held rows forward) and in a finished file (the
+    crash came between a file's rename and its spool's removal): each row is written once, by id.
     """
     spool_dir = out_dir / SPOOL_DIR
     for stale in out_dir.glob(".trace-*.parquet.tmp-*"):
         stale.unlink(missing_ok=True)
-    recovered, already_written = 0, set()
-    for segment in leftover_segments(spool_dir):
+    loaded = [(segment, read_segment(segment)) for segment in leftover_segments(spool_dir)]
+    wanted = {row.get("request_id") for _, rows in loaded for row in rows}
+    filed = filed_ids(out_dir, {run_token_of(s.name) for s, _ in loaded}, wanted)
+    recovered = 0
+    for segment, rows in loaded:
         name = segment.name.removesuffix(".jsonl")
         meta_path = spool_dir / f"{name}.meta.json"
         segment_meta = TraceMeta.from_json(meta_path.read_bytes()) if meta_path.exists() else meta
-        if (out_dir / f"{name}.parquet").exists():
-            already_written = set()
-        else:
-            late = out_dir / f"{name}-late.parquet"
-            skip = already_written | (_ids_in(late) if late.exists() else set())
-            rows = [row for row in read_segment(segment) if row.get("request_id") not in skip]
-            if rows:
-                write_rows(out_dir / f"{name}.parquet", rows, segment_meta)
-                recovered += len(rows)
-            already_written = {row.get("request_id") for row in rows}
+        fresh = {row.get("request_id"): row for row in rows if row.get("request_id") not in filed}
+        if fresh:
+            write_rows(out_dir / f"{name}-recovered.parquet", list(fresh.values()), segment_meta)
+            filed.update(fresh)
+            recovered += len(fresh)
         segment.unlink()
         meta_path.unlink(missing_ok=True)
     return recovered
 
 
-def _ids_in(path: Path) -> set[str]:
+def filed_ids(out_dir: Path, run_tokens: set[str], wanted: set) -> set:
+    """Which of `wanted` request ids are already in a finished trace file of those runs."""
+    found: set = set()
+    if not wanted:
+        return found
     import pyarrow.parquet as pq
 
-    return set(pq.read_table(path, columns=["request_id"]).column("request_id").to_pylist())
+    for path in out_dir.glob("trace-*.parquet"):
+        if run_token_of(path.name) in run_tokens:
+            ids = pq.read_table(path, columns=["request_id"]).column("request_id").to_pylist()
+            found.update(wanted.intersection(ids))
+    return found

