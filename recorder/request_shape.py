@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from llmreplay.chat_text import content_text, message_text
+
 ENDPOINT_BY_SUFFIX = {
     "/chat/completions": "chat_completions",
     "/completions": "completions",
@@ -118,30 +120,7 @@ def parse_request(endpoint: str, body: bytes, with_content: bool = True) -> Requ
 
 
 def _chat_message(message) -> ChatMessage:
-    if not isinstance(message, dict):
-        return ChatMessage("unknown", "")
-    role = _str(message.get("role")) or "unknown"
-    parts = [content_text(message.get("content"))]
-    for call in message.get("tool_calls") or ():
-        function = call.get("function") if isinstance(call, dict) else None
-        if isinstance(function, dict):
-            parts.append(f"{function.get('name') or ''}{function.get('arguments') or ''}")
-    return ChatMessage(role, "".join(parts))
-
-
-def content_text(content) -> str:
-    """Text of a message's content: a string, or the text parts of a list (images count as nothing)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if isinstance(part, str):
-                texts.append(part)
-            elif isinstance(part, dict) and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-        return "\n".join(texts)
-    return ""
+    return ChatMessage(*message_text(message))
 
 
 def _responses_input(data: dict) -> tuple[ChatMessage, ...]:

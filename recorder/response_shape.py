@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from recorder.request_shape import content_text
+from llmreplay.chat_text import content_text
 
 
 @dataclass(frozen=True, slots=True)
