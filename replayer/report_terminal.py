@@ -49,7 +49,9 @@ def _headline(result: dict, console: Console) -> None:
     verdict = result["verdict"]
     sides = result["sides"]
     names = " vs ".join(f"{label} {side['path']} ({side['kind']})" for label, side in sides.items())
-    console.print(f"[bold]llmreplay {result['mode']}[/]: {names}")
+    console.print(
+        f"[bold]llmreplay {result['mode']}[/]: {names}", soft_wrap=True
+    )  # one line, however long the paths
     if verdict["status"] == "pass":
         console.print("[bold green]PASS[/]: nothing regressed, no SLO breached, replay faithful")
     else:
