@@ -1,7 +1,9 @@
 """One HTTP request, timed on the monotonic clock, classified into the trace's error taxonomy.
 
-The per-chunk path only timestamps the read and hands the bytes to the SSE reader. A request
-can be stopped from outside (`stop`) to mirror a production cancel or at shutdown.
+An Exchange writes a pre-encoded request on a pooled connection and parses the answer with
+httptools' callbacks: each network read is timestamped once, then handed to the SSE reader, with
+no task switch, timer or future per chunk. It can be stopped from outside (`stop`) to mirror a
+production cancel, on a read timeout, or at shutdown.
 """
 
 from __future__ import annotations
@@ -9,13 +11,49 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import time
+from array import array
 
-import aiohttp
+import httptools
 import orjson
 
+from replayer.http_pool import Connection, ConnectionPool
 from replayer.sse import SseStream
 
 ERROR_BODY_LIMIT_BYTES = 65_536
+NEVER_NS = 1 << 62
+_HEAD, _ERROR, _SSE, _WHOLE, _DONE = range(5)
+
+
+class ReadClock:
+    """Timestamps network reads, and lets a read hand the dispatcher its due request.
+
+    Every read in one pass of the event loop over ready sockets gets the time of the pass's first
+    read: the bytes were all waiting when the pass began, so the order in which we process them
+    must not show up as latency (a burst of 100 chunks takes ~1-2 ms to get through). And when
+    such a burst holds the loop past a request's due time, the read that notices calls `on_due`,
+    so dispatch is late by one read's work, not by the whole burst.
+    """
+
+    __slots__ = ("next_due_ns", "on_due", "_batch_ns", "_loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.next_due_ns = NEVER_NS  # the dispatcher's next deadline (perf_counter_ns)
+        self.on_due = None  # called with no argument once a read sees that deadline pass
+        self._batch_ns = 0
+        self._loop = loop
+
+    def read_ns(self) -> int:
+        now = time.perf_counter_ns()
+        if now >= self.next_due_ns:
+            self.on_due()
+        batch = self._batch_ns
+        if batch == 0:
+            batch = self._batch_ns = now
+            self._loop.call_soon(self._end_batch)  # runs after this pass's I/O callbacks
+        return batch
+
+    def _end_batch(self) -> None:
+        self._batch_ns = 0
 
 
 class Outcome:
@@ -40,7 +78,7 @@ class Outcome:
     )
 
     def __init__(self, sent_ns: int):
-        self.sent_ns = sent_ns  # the call; replaced by the moment the bytes went out (on_wire)
+        self.sent_ns = sent_ns  # the call; replaced by the moment the bytes were written (on_wire)
         self.on_wire = False
         self.http_status: int | None = None
         self.error_kind: str | None = None
@@ -49,45 +87,24 @@ class Outcome:
         self.ttfb_ns: int | None = None
         self.ttft_ns: int | None = None
         self.e2e_ns: int | None = None
-        self.chunk_offsets_ns: list[int] | None = None
+        self.chunk_offsets_ns: array | None = None  # array("q") from the SSE reader
         self.finish_reason: str | None = None
         self.usage: dict | None = None
         self.tool_calls_count = 0
         self.response_text_bytes: list[bytes] | None = None  # kept only when usage is missing
-        self.stop_reason: str | None = None  # "cancelled" or "shutdown" when stopped from outside
+        self.stop_reason: str | None = None  # "cancelled", "timeout" or "shutdown" when stopped from outside
 
     def fail(self, kind: str, detail: str | None = None) -> None:
         if self.error_kind is None:
             self.error_kind = kind
             self.error_detail = detail
 
+    def __getstate__(self):  # a compact tuple: workers hand thousands of these back
+        return tuple(getattr(self, name) for name in Outcome.__slots__)
 
-async def _on_chunk_sent(session, context, params) -> None:
-    """aiohttp writes the buffered headers together with the body: that write is the send."""
-    outcome = context.trace_request_ctx
-    if not outcome.on_wire:
-        outcome.sent_ns = time.perf_counter_ns()
-        outcome.on_wire = True
-
-
-def send_time_tracer() -> aiohttp.TraceConfig:
-    """A TraceConfig that stamps each Outcome (passed as trace_request_ctx) when its bytes are written."""
-    tracer = aiohttp.TraceConfig()
-    tracer.on_request_chunk_sent.append(_on_chunk_sent)
-    return tracer
-
-
-def classify_exception(exc: BaseException) -> str:
-    """Map a client-side exception to the error taxonomy."""
-    if isinstance(exc, aiohttp.ConnectionTimeoutError | aiohttp.ClientConnectorError):
-        return "connect_error"
-    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
-        return "timeout"
-    if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ServerDisconnectedError):
-        return "connection_reset"
-    if isinstance(exc, aiohttp.ClientConnectionError | ConnectionError | OSError):
-        return "connection_reset"
-    return "invalid_response"
+    def __setstate__(self, state) -> None:
+        for name, value in zip(Outcome.__slots__, state, strict=True):
+            setattr(self, name, value)
 
 
 def status_kind(status: int) -> str | None:
@@ -117,86 +134,171 @@ def retry_after_ms(value: str | None, now_unix_s: float | None = None) -> int | 
     return max(0, round((when.timestamp() - now) * 1000))
 
 
-async def send(
-    session: aiohttp.ClientSession,
-    url: str,
-    body: bytes,
-    headers: dict[str, str],
-    stream: bool,
-    outcome: Outcome,
-    cancel_after_chunks: int | None = None,
-) -> Outcome:
-    """Send and read one request into `outcome` (already holding its send time); never raises
-    except CancelledError that was not a planned stop."""
-    clock = time.perf_counter_ns
-    try:
-        async with session.post(url, data=body, headers=headers, trace_request_ctx=outcome) as resp:
-            sent_ns = outcome.sent_ns
-            outcome.ttfb_ns = clock() - sent_ns
-            outcome.http_status = resp.status
-            kind = status_kind(resp.status)
-            if kind is not None:
-                outcome.retry_after_ms = retry_after_ms(resp.headers.get("Retry-After"))
-                await resp.content.read(ERROR_BODY_LIMIT_BYTES)
-                outcome.e2e_ns = clock() - sent_ns
-                outcome.fail(kind, f"HTTP {resp.status}")
-                return outcome
-            is_sse = resp.content_type == "text/event-stream"
-            if stream and is_sse:
-                await _read_stream(resp, outcome, cancel_after_chunks)
+class Exchange:
+    """One request on one connection; the httptools callbacks fill its Outcome; `done` resolves at the end.
+
+    `last_ns` (the latest read, or the send) lets the runner's watchdog enforce the read timeout
+    without a timer per request."""
+
+    __slots__ = (
+        "outcome",
+        "stream",
+        "cancel_after_chunks",
+        "done",
+        "last_ns",
+        "_clock",
+        "_pool",
+        "_conn",
+        "_parser",
+        "_state",
+        "_sse",
+        "_raw",
+        "_body",
+        "_body_bytes",
+        "_content_type",
+        "_retry_after",
+        "_length_known",
+    )
+
+    def __init__(self, outcome: Outcome, stream: bool, cancel_after_chunks: int | None, clock: ReadClock):
+        self.outcome = outcome
+        self._clock = clock
+        self.stream = stream
+        self.cancel_after_chunks = cancel_after_chunks
+        self.done = asyncio.get_running_loop().create_future()
+        self.last_ns = 0
+        self._pool: ConnectionPool | None = None
+        self._conn: Connection | None = None
+        self._parser = None
+        self._state = _HEAD
+        self._sse: SseStream | None = None
+        self._raw: list[bytes] = []
+        self._body: list[bytes] = []
+        self._body_bytes = 0
+        self._content_type = ""
+        self._retry_after: str | None = None
+        self._length_known = False
+
+    def send(self, pool: ConnectionPool, conn: Connection, request: bytes) -> None:
+        """Write the request: the moment of the write is the send time (dispatch lag is measured to it)."""
+        self._pool, self._conn = pool, conn
+        self._parser = httptools.HttpResponseParser(self)
+        conn.receiver = self
+        outcome = self.outcome
+        outcome.sent_ns = self.last_ns = time.perf_counter_ns()
+        outcome.on_wire = True
+        conn.transport.write(request)
+
+    def stop(self, reason: str, detail: str | None = None) -> None:
+        """End the request from outside: drop the connection, so the engine sees the client go away."""
+        if self._state == _DONE:
+            return
+        self.outcome.stop_reason = reason
+        self.outcome.fail(reason, detail)
+        self._end(keep_alive=False)
+
+    # -- connection callbacks -------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        self.last_ns = self._clock.read_ns()
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            if self._state != _DONE:
+                self.outcome.fail("invalid_response", f"HTTP parse error: {exc}"[:200])
+                self._end(keep_alive=False)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._state == _DONE:
+            return
+        self._conn = None
+        if self._state in (_SSE, _WHOLE, _ERROR) and not self._length_known and exc is None:
+            self._end(keep_alive=False)  # a body delimited by the end of the connection is complete
+            return
+        detail = f"{type(exc).__name__}: {exc}"[:200] if exc else "the server closed the connection"
+        self.outcome.fail("connection_reset", detail)
+        self._end(keep_alive=False)
+
+    # -- httptools callbacks ----------------------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if name == b"content-type":
+            self._content_type = value.split(b";", 1)[0].strip().lower().decode("latin-1")
+        elif name == b"retry-after":
+            self._retry_after = value.decode("latin-1")
+        elif name in (b"content-length", b"transfer-encoding"):
+            self._length_known = True
+
+    def on_headers_complete(self) -> None:
+        outcome = self.outcome
+        status = self._parser.get_status_code()
+        outcome.ttfb_ns = self.last_ns - outcome.sent_ns
+        outcome.http_status = status
+        kind = status_kind(status)
+        if kind is not None:
+            outcome.retry_after_ms = retry_after_ms(self._retry_after)
+            outcome.fail(kind, f"HTTP {status}")
+            self._state = _ERROR
+        elif self.stream and self._content_type == "text/event-stream":
+            self._sse = SseStream(outcome.sent_ns)
+            outcome.chunk_offsets_ns = self._sse.chunk_offsets_ns
+            self._state = _SSE
+        else:
+            self._state = _WHOLE
+
+    def on_body(self, body: bytes) -> None:
+        state = self._state
+        if state == _SSE:
+            sse = self._sse
+            sse.feed(body, self.last_ns)
+            self._raw.append(body)
+            limit = self.cancel_after_chunks
+            if limit is not None and len(sse.chunk_offsets_ns) >= limit:
+                self.stop("cancelled")
+        elif state == _WHOLE:
+            self._body.append(body)
+        elif state == _ERROR:
+            self._body_bytes += len(body)
+            if self._body_bytes > ERROR_BODY_LIMIT_BYTES:
+                self._end(keep_alive=False)  # enough of an error page; do not read megabytes of it
+
+    def on_message_complete(self) -> None:
+        if self._state != _DONE:
+            self._end(keep_alive=self._parser.should_keep_alive())
+
+    # -- the end ---------------------------------------------------------------------------------
+    def _end(self, keep_alive: bool) -> None:
+        state, self._state = self._state, _DONE
+        outcome = self.outcome
+        if outcome.e2e_ns is None:
+            outcome.e2e_ns = time.perf_counter_ns() - outcome.sent_ns
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.receiver = None
+            if keep_alive and outcome.stop_reason is None:
+                self._pool.release(conn)
             else:
-                await _read_whole(resp, outcome, stream)
-    except asyncio.CancelledError:
-        if outcome.stop_reason is None:
-            raise
-        outcome.e2e_ns = clock() - outcome.sent_ns
-        outcome.fail(outcome.stop_reason)
-    except Exception as exc:  # every failure of one request is a result row, not a crash
-        outcome.e2e_ns = clock() - outcome.sent_ns
-        outcome.fail(classify_exception(exc), f"{type(exc).__name__}: {exc}"[:200])
-    return outcome
-
-
-async def _read_stream(
-    resp: aiohttp.ClientResponse, outcome: Outcome, cancel_after_chunks: int | None
-) -> None:
-    clock = time.perf_counter_ns
-    sse = SseStream(outcome.sent_ns)
-    raw: list[bytes] = []
-    outcome.chunk_offsets_ns = sse.chunk_offsets_ns
-    readany = resp.content.readany
-    feed = sse.feed
-    try:
-        while data := await readany():
-            feed(data, clock())
-            raw.append(data)
-            if cancel_after_chunks is not None and len(sse.chunk_offsets_ns) >= cancel_after_chunks:
-                outcome.stop_reason = "cancelled"
-                outcome.e2e_ns = clock() - outcome.sent_ns
-                outcome.fail("cancelled")
-                resp.close()  # drop the connection: the engine sees the client go away
-                break
-    except Exception as exc:  # classified here, before the stream checks below could misname it
-        outcome.e2e_ns = clock() - outcome.sent_ns
-        outcome.fail(classify_exception(exc), f"{type(exc).__name__}: {exc}"[:200])
-    finally:
-        _finish_stream(sse, outcome, raw)
+                conn.close()
+        if state == _SSE:
+            _finish_stream(self._sse, outcome, self._raw)
+        elif state == _WHOLE and outcome.error_kind is None:
+            _read_whole(b"".join(self._body), self._content_type, outcome, self.stream)
+        elif state == _HEAD and outcome.error_kind is None:
+            outcome.fail("invalid_response", "the connection ended before a response")
+        self._raw = self._body = None
+        if not self.done.done():
+            self.done.set_result(outcome)
 
 
 def _finish_stream(sse: SseStream, outcome: Outcome, raw: list[bytes]) -> None:
     sse.finish()
     if sse.chunk_offsets_ns:
         outcome.ttft_ns = sse.chunk_offsets_ns[0]
-    if outcome.e2e_ns is None:
-        outcome.e2e_ns = time.perf_counter_ns() - outcome.sent_ns
     outcome.finish_reason = sse.finish_reason
     outcome.usage = sse.usage
     outcome.tool_calls_count = len(sse.tool_call_ids)
     if sse.usage is None:
         outcome.response_text_bytes = raw
-    if outcome.stop_reason is not None:
-        outcome.fail(outcome.stop_reason)
-    elif sse.error is not None:
+    if sse.error is not None:
         outcome.fail("stream_error", sse.error)
     elif sse.invalid is not None:
         outcome.fail("invalid_response", sse.invalid)
@@ -205,14 +307,12 @@ def _finish_stream(sse: SseStream, outcome: Outcome, raw: list[bytes]) -> None:
         outcome.fail("stream_truncated", f"stream ended without {missing}")
 
 
-async def _read_whole(resp: aiohttp.ClientResponse, outcome: Outcome, asked_stream: bool) -> None:
+def _read_whole(body: bytes, content_type: str, outcome: Outcome, asked_stream: bool) -> None:
     # A whole body has no first token: TTFT stays null (as in the recorder); E2E carries the latency.
-    body = await resp.content.read()
-    outcome.e2e_ns = time.perf_counter_ns() - outcome.sent_ns
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
-        outcome.fail("invalid_response", f"body is not JSON ({resp.content_type})")
+        outcome.fail("invalid_response", f"body is not JSON ({content_type or 'no content type'})")
         return
     if not isinstance(obj, dict):
         outcome.fail("invalid_response", "body is not a JSON object")
@@ -221,7 +321,7 @@ async def _read_whole(resp: aiohttp.ClientResponse, outcome: Outcome, asked_stre
         outcome.fail("stream_error" if asked_stream else "invalid_response", str(obj["error"])[:200])
         return
     if asked_stream:
-        outcome.fail("invalid_response", f"asked for a stream, got {resp.content_type or 'no content type'}")
+        outcome.fail("invalid_response", f"asked for a stream, got {content_type or 'no content type'}")
     outcome.usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else None
     choices = obj.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):

@@ -16,16 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from llmreplay import __version__
 from llmreplay.errors import BadInput
 from llmreplay.run_format import RESULTS_FILE, RUN_FILE, RUN_FORMAT_VERSION, SERVER_METRICS_FILE
 from llmreplay.trace_io import read_trace
 from replayer.config import ReplayConfig
+from replayer.http_pool import parse_endpoint
+from replayer.prepare import Prepared, Shard, prepare_bodies
+from replayer.process_memory import peak_rss_mb
 from replayer.request_builder import BuildOptions, supported
-from replayer.results import write_json_atomic, write_parquet_atomic
+from replayer.results import merge_worker_results, write_json_atomic, write_parquet_atomic
 from replayer.runner import USER_AGENT, LoopSettings
 from replayer.schedule import build_schedule
 from replayer.sessions import link_sessions, shard_by_session
@@ -44,7 +45,9 @@ class RunOutcome:
     exit_code: int  # 0 ok, 1 the client fell behind (not a faithful replay)
 
 
-def _check_models_served(records, plans, served: tuple[str, ...], override: str | None, base_url: str) -> None:
+def _check_models_served(
+    records, plans, served: tuple[str, ...], override: str | None, base_url: str
+) -> None:
     """Refuse before the clock starts when the target does not serve the trace's models.
 
     Staging often names the model differently from production; replaying anyway would only
@@ -92,14 +95,23 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
     run_dir.mkdir(parents=True, exist_ok=True)
     parts = run_dir / PARTS_DIR
     parts.mkdir(exist_ok=True)
-    jobs = _jobs(config, plans, records, trace.meta.block_size, build, base_url, parts)
+    jobs, shards = _jobs(config, plans, records, base_url, parts)
+
+    def prepare() -> Prepared:
+        return prepare_bodies(shards, build, trace.meta.block_size, config.tokenizer)
+
     started_unix_ns = time.time_ns()
-    info = _run_workers(config, jobs, console, base_url)
+    info = _run_workers(config, jobs, prepare, console)
     ended_unix_ns = time.time_ns()
-    table = _merge_parts([Path(j.part_path) for j in jobs])
+    table = merge_worker_results(
+        [(Path(j.results_path), Path(s.path), s) for j, s in zip(jobs, shards, strict=True)],
+        info["start_mono_ns"],
+        config.tokenizer,
+    )
     write_parquet_atomic(run_dir / RESULTS_FILE, table)
     for job in jobs:
-        Path(job.part_path).unlink(missing_ok=True)
+        Path(job.results_path).unlink(missing_ok=True)
+        Path(job.bodies_path).unlink(missing_ok=True)
     parts.rmdir()
     summary = summarize(table, config.lag_bound_ns)
     if info["scraper"] is not None:
@@ -132,6 +144,8 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
         "stop_reason": info["stop_reason"],
         "build_s": info["build_s"],
         "workers": info["workers"],  # per worker: event-loop CPU seconds, peak RSS
+        "coordinator_max_rss_mb": peak_rss_mb(),
+        "builder": info["builder"],  # bodies: seconds, peak RSS, in the coordinator or its own process
         "counts": {
             "trace_rows": len(records),
             "window_rows": schedule.source_rows,
@@ -159,26 +173,26 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
 
 
 def _versions() -> dict:
-    import aiohttp
+    import httptools
     import uvloop
 
     return {
         "llmreplay": __version__,
         "python": sys.version.split()[0],
-        "aiohttp": aiohttp.__version__,
+        "httptools": httptools.__version__,
         "uvloop": uvloop.__version__,
         "pyarrow": pa.__version__,
     }
 
 
-def _jobs(config, plans, records, block_size, build, base_url, parts) -> list[WorkerJob]:
+def _jobs(config, plans, records, base_url, parts) -> tuple[list[WorkerJob], list[Shard]]:
     headers = [("User-Agent", f"{USER_AGENT}/{__version__}"), ("Content-Type", "application/json")]
     if config.api_key:
         headers.append(("Authorization", f"Bearer {config.api_key}"))
     headers.extend(config.headers)
     per_worker_inflight = max(1, config.max_inflight // config.workers)
     settings = LoopSettings(
-        base_url=base_url,
+        endpoint=parse_endpoint(base_url),
         start_ns=0,
         max_inflight=per_worker_inflight,
         duration_ns=config.duration_ns,
@@ -188,27 +202,29 @@ def _jobs(config, plans, records, block_size, build, base_url, parts) -> list[Wo
         early_wake_ns=config.early_wake_ns,
         warm_connections=config.warm_connections,
     )
-    jobs = []
+    jobs, shards = [], []
     for worker, shard in enumerate(shard_by_session(plans, config.workers)):
         linked = tuple(link_sessions(shard))
+        bodies_path = str(parts / f"bodies-{worker}.pickle")
+        shards.append(Shard(linked, {p.record_index: records[p.record_index] for p in linked}, bodies_path))
         jobs.append(
             WorkerJob(
                 worker=worker,
                 plans=linked,
-                records={p.record_index: records[p.record_index] for p in linked},
-                build=build,
-                block_size=block_size,
-                tokenizer=config.tokenizer,
+                has_session=tuple(records[p.record_index].session_id is not None for p in linked),
+                bodies_path=bodies_path,
                 settings=settings,
                 headers=tuple(headers),
                 session_header=config.session_header,
-                part_path=str(parts / f"worker-{worker}.parquet"),
+                results_path=str(parts / f"worker-{worker}.pickle"),
             )
         )
-    return jobs
+    return jobs, shards
 
 
-def _run_workers(config: ReplayConfig, jobs: list[WorkerJob], console, base_url: str) -> dict:
+def _run_workers(config: ReplayConfig, jobs: list[WorkerJob], prepare, console) -> dict:
+    """Start the workers (their imports overlap with `prepare`, which writes their bodies), then
+    load, start together, watch, collect."""
     context = multiprocessing.get_context("spawn")
     procs, pipes, stats = [], [], []
     for job in jobs:
@@ -233,11 +249,20 @@ def _run_workers(config: ReplayConfig, jobs: list[WorkerJob], console, base_url:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     scraper = None
     try:
-        build_s = _await_ready(pipes, procs, interrupted)
+        try:
+            prepared = prepare()
+        except BaseException:
+            _tell(pipes, ("stop",))
+            raise
         if interrupted["flag"]:
-            for pipe in pipes:
-                pipe.send(("stop",))
-            return _finish(procs, pipes, None, build_s, (None, None), "interrupted", config)
+            _tell(pipes, ("stop",))
+            return _finish(procs, pipes, None, prepared, (None, None), "interrupted", config)
+        _tell(pipes, ("load",))
+        load_s = _await_ready(pipes, procs, interrupted)
+        prepared = dataclasses.replace(prepared, build_s=prepared.build_s + load_s)
+        if interrupted["flag"]:
+            _tell(pipes, ("stop",))
+            return _finish(procs, pipes, None, prepared, (None, None), "interrupted", config)
         start_ns = time.perf_counter_ns() + config.start_delay_ns
         start_unix_ns = time.time_ns() + config.start_delay_ns
         if config.server_metrics_url:
@@ -250,7 +275,7 @@ def _run_workers(config: ReplayConfig, jobs: list[WorkerJob], console, base_url:
         for pipe in pipes:
             pipe.send(("start", start_ns))
         _watch(procs, stats, jobs, config, console, start_ns, interrupted)
-        return _finish(procs, pipes, scraper, build_s, (start_unix_ns, start_ns), None, config)
+        return _finish(procs, pipes, scraper, prepared, (start_unix_ns, start_ns), None, config)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -258,6 +283,14 @@ def _run_workers(config: ReplayConfig, jobs: list[WorkerJob], console, base_url:
             if proc.is_alive():
                 proc.kill()
                 proc.join(5)
+
+
+def _tell(pipes, message: tuple) -> None:
+    for pipe in pipes:
+        try:
+            pipe.send(message)
+        except (BrokenPipeError, OSError):
+            pass  # that worker is gone already; _finish reports what the others did
 
 
 def _await_ready(pipes, procs, interrupted) -> float:
@@ -299,7 +332,7 @@ def _watch(procs, stats, jobs, config, console, start_ns, interrupted) -> None:
             progress.close(stats, (time.perf_counter_ns() - start_ns) / 1e9)
 
 
-def _finish(procs, pipes, scraper, build_s, start, stop_reason, config) -> dict:
+def _finish(procs, pipes, scraper, prepared: Prepared, start, stop_reason, config) -> dict:
     reasons, workers = [], []
     for proc, pipe in zip(procs, pipes, strict=True):
         proc.join(config.grace_ns / 1e9 + EXIT_GRACE_S)
@@ -320,7 +353,8 @@ def _finish(procs, pipes, scraper, build_s, start, stop_reason, config) -> dict:
         }
     reason = stop_reason or ("interrupted" if "interrupted" in reasons else "completed")
     return {
-        "build_s": build_s,
+        "build_s": round(prepared.build_s, 3),
+        "builder": {"peak_rss_mb": prepared.peak_rss_mb, "in_process": prepared.in_process},
         "start_unix_ns": start[0],
         "start_mono_ns": start[1],
         "stop_reason": reason,
@@ -328,16 +362,3 @@ def _finish(procs, pipes, scraper, build_s, start, stop_reason, config) -> dict:
         "scraper": scraper,
         "scraper_info": scraper_info,
     }
-
-
-def _merge_parts(paths: list[Path]) -> pa.Table:
-    from llmreplay.run_format import RESULT_SCHEMA
-
-    tables = [pq.read_table(p) for p in paths if p.exists()]
-    if not tables:
-        return RESULT_SCHEMA.empty_table()
-    table = pa.concat_tables([t.cast(RESULT_SCHEMA) for t in tables])
-    order = pc.sort_indices(
-        table, sort_keys=[("scheduled_offset_ns", "ascending"), ("request_id", "ascending")]
-    )
-    return table.take(order)

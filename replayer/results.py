@@ -1,24 +1,75 @@
 """Loop records -> results.parquet rows (RESULT_SCHEMA), token fallback, atomic file writes.
 
-Runs after the event loop has stopped (never on it).
+Runs in the coordinator after the workers' loops have stopped (never on a loop); the tokenizer
+for answers without usage is loaded here, and only when some answer needs it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llmreplay.run_format import RESULT_SCHEMA
 from llmreplay.sse import SSESplitter
 from llmreplay.trace_format import TraceRecord
+from replayer.prepare import Shard, read_bodies
 from replayer.request_builder import BuiltRequest
 from replayer.runner import Sent
+
+
+def merge_worker_results(
+    parts: Sequence[tuple[Path, Path, Shard]], start_ns: int | None, tokenizer: str | None
+) -> pa.Table:
+    """One table from every worker's hand-off file (results, bodies, shard), sorted by schedule.
+
+    A worker that never started or died leaves no file: its requests are simply absent."""
+    loaded = []
+    for results_path, bodies_path, shard in parts:
+        if not results_path.exists():
+            continue
+        with open(results_path, "rb") as handle:
+            handed = pickle.load(handle)  # our own worker's file from this run
+        sent = [Sent(shard.plans[i], due, out, shed=out is None) for i, due, out in handed.items]
+        loaded.append((handed.worker, sent, shard, read_bodies(bodies_path)))
+    count_tokens = None
+    if any(
+        s.outcome is not None and s.outcome.response_text_bytes is not None
+        for _, sent, _, _ in loaded
+        for s in sent
+    ):
+        from llmreplay.tokenizers import load_tokenizer
+
+        count_tokens = load_tokenizer(tokenizer).count
+    anchor_unix_ns, anchor_mono_ns = time.time_ns(), time.perf_counter_ns()
+    rows = []
+    for worker, sent, shard, bodies in loaded:
+        rows.extend(
+            result_rows(
+                sent,
+                shard.records,
+                bodies.built,
+                bodies.models,
+                worker,
+                start_ns or 0,
+                anchor_unix_ns,
+                anchor_mono_ns,
+                count_tokens,
+            )
+        )
+    table = rows_to_table(rows)
+    order = pc.sort_indices(
+        table, sort_keys=[("scheduled_offset_ns", "ascending"), ("request_id", "ascending")]
+    )
+    return table.take(order)
 
 
 def result_rows(
@@ -84,7 +135,7 @@ def _measured(row, item: Sent, built: BuiltRequest, start_ns, anchor_unix_ns, an
         ttfb_ns=out.ttfb_ns,
         ttft_ns=out.ttft_ns,
         e2e_ns=out.e2e_ns,
-        chunk_offsets_ns=out.chunk_offsets_ns,
+        chunk_offsets_ns=None if out.chunk_offsets_ns is None else list(out.chunk_offsets_ns),
         finish_reason=out.finish_reason,
         sent_offset_ns=out.sent_ns - start_ns,
         dispatch_lag_ns=out.sent_ns - item.due_ns,

@@ -1,5 +1,6 @@
 """The event loop of one worker: open-loop dispatch at absolute deadlines, session chains, shedding,
-bounded shutdown. The loop does network I/O and timestamping only; bodies are built beforehand.
+read-timeout watchdog, bounded shutdown. The loop does network I/O and timestamping only; the
+request bytes are encoded before the clock starts.
 """
 
 from __future__ import annotations
@@ -9,25 +10,25 @@ import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import aiohttp
-
-from replayer.client import Outcome, send, send_time_tracer
-from replayer.request_builder import BuiltRequest
-from replayer.schedule import PlannedRequest
+from replayer.client import NEVER_NS, Exchange, Outcome, ReadClock
+from replayer.http_pool import ConnectionPool, Endpoint
 from replayer.sessions import session_due_ns
 
+if TYPE_CHECKING:
+    from replayer.schedule import PlannedRequest
+
 USER_AGENT = "llmreplay"
-LEAD_SHARE = 0.75
-LEAD_SMOOTHING = 0.05
-MAX_LEAD_NS = 500_000
+WATCHDOG_MAX_INTERVAL_NS = 1_000_000_000
+WATCHDOG_MIN_INTERVAL_NS = 10_000_000
 
 
 @dataclass(frozen=True, slots=True)
 class LoopSettings:
     """What the loop needs from ReplayConfig, resolved for one worker."""
 
-    base_url: str
+    endpoint: Endpoint
     start_ns: int  # perf_counter_ns() of the run's offset 0, shared by all workers
     max_inflight: int
     duration_ns: int | None
@@ -60,55 +61,64 @@ class Counters:
         self.recent_lags_ns: list[int] = []
 
 
+class _Call:
+    """A request between dispatch and its result: the exchange once written, for stop and timeouts."""
+
+    __slots__ = ("outcome", "exchange", "task")
+
+    def __init__(self, outcome: Outcome):
+        self.outcome = outcome
+        self.exchange: Exchange | None = None
+        self.task: asyncio.Task | None = None
+
+
 class Runner:
     def __init__(
         self,
         plans: Sequence[PlannedRequest],
-        built: Sequence[BuiltRequest],
-        headers: Sequence[dict[str, str]],
+        requests: Sequence[bytes],
+        streams: Sequence[bool],
         settings: LoopSettings,
     ):
         self.plans = plans
-        self.built = built
-        self.headers = headers
+        self.requests = requests  # encoded HTTP request per plan index
+        self.streams = streams
         self.s = settings
         self.results: list[Sent] = []
         self.counters = Counters()
         self.stopping = False
         self.stop_reason = "completed"
-        self._inflight: dict[asyncio.Task, Outcome] = {}
+        self._calls: set[_Call] = set()
         self._waiting: set[asyncio.Task] = set()
-        self._heads: asyncio.Future | None = None
+        self._dispatcher: asyncio.Future | None = None
         self._idle = asyncio.Event()
-        self._session: aiohttp.ClientSession | None = None
-        self._lead_ns = 0  # start the call this early: aiohttp's own work before the bytes go out
+        self._pool: ConnectionPool | None = None
+        self._clock: ReadClock | None = None
+        self._heads = [p for p in plans if not p.follows_previous]  # sent on schedule; the rest follow
+        self._head_i = 0
 
     async def run(self) -> list[Sent]:
         loop = asyncio.get_running_loop()
-        loop.set_task_factory(asyncio.eager_task_factory)  # a dispatched request is sent at once
+        loop.set_task_factory(asyncio.eager_task_factory)  # a dispatched request is written at once
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.stop, "interrupted")
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, keepalive_timeout=600)
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=self.s.connect_timeout_ns / 1e9, sock_read=self.s.read_timeout_ns / 1e9
-        )
-        async with aiohttp.ClientSession(
-            connector=connector,
-            timeout=timeout,
-            auto_decompress=False,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            skip_auto_headers=("User-Agent",),
-            trace_configs=[send_time_tracer()],
-        ) as session:
-            self._session = session
-            await self._warm(session)
-            self._heads = asyncio.ensure_future(self._dispatch_heads())
+        s = self.s
+        self._pool = ConnectionPool(s.endpoint, s.connect_timeout_ns / 1e9, s.warm_connections)
+        self._clock = ReadClock(loop)
+        self._clock.on_due = self._send_due_heads
+        watchdog = loop.create_task(self._watch_reads())
+        try:
+            await self._warm()
+            self._dispatcher = asyncio.ensure_future(self._dispatch_heads())
             try:
-                await self._heads
+                await self._dispatcher
             except asyncio.CancelledError:
                 if not self.stopping:
                     raise
             await self._drain()
+        finally:
+            watchdog.cancel()
+            self._pool.close()
         return self.results
 
     def stop(self, reason: str = "interrupted") -> None:
@@ -117,60 +127,65 @@ class Runner:
             return
         self.stopping = True
         self.stop_reason = reason
-        if self._heads is not None:
-            self._heads.cancel()
+        if self._clock is not None:
+            self._clock.next_due_ns = NEVER_NS
+        if self._dispatcher is not None:
+            self._dispatcher.cancel()
         for task in list(self._waiting):
             task.cancel()
         self._idle.set()
 
-    async def _warm(self, session: aiohttp.ClientSession) -> None:
+    async def _warm(self) -> None:
         """Open keep-alive connections before the clock starts, so early sends skip the TCP handshake."""
         budget_s = (self.s.start_ns - time.perf_counter_ns()) / 1e9 - 0.05
         if self.s.warm_connections <= 0 or budget_s <= 0:
             return
-
-        async def touch():
-            try:
-                async with session.get(self.s.base_url + "/v1/models") as resp:
-                    await resp.read()
-            except (aiohttp.ClientError, TimeoutError):
-                pass
-
         try:
-            await asyncio.wait_for(
-                asyncio.gather(*(touch() for _ in range(self.s.warm_connections))), budget_s
-            )
+            await asyncio.wait_for(self._pool.warm(self.s.warm_connections), budget_s)
         except TimeoutError:
             pass
 
-    async def _sleep_until(self, due_ns: int) -> None:
-        """Timer until shortly before the deadline, then spin: loop timers are only ms-precise.
-
-        The target is the moment the bytes go out, so the call starts `_lead_ns` early."""
-        due_ns -= self._lead_ns
-        remaining = due_ns - time.perf_counter_ns()
+    async def _sleep_until(self, due_ns: int, head: bool = False) -> None:
+        """Timer until shortly before the deadline, then yield to the loop until it: loop timers are
+        only ms-precise, and yielding (not spinning) keeps reads timestamped while we wait. For a
+        head, returns early once a read has dispatched it (the clock's deadline moved on)."""
+        clock = time.perf_counter_ns
+        remaining = due_ns - clock()
         if remaining > self.s.early_wake_ns:
             await asyncio.sleep((remaining - self.s.early_wake_ns) / 1e9)
-        clock = time.perf_counter_ns
-        while clock() < due_ns:
-            pass
+        watched = self._clock
+        while clock() < due_ns and not (head and watched.next_due_ns != due_ns):
+            await asyncio.sleep(0)
 
     def _past_duration(self, due_ns: int) -> bool:
         return self.s.duration_ns is not None and due_ns - self.s.start_ns >= self.s.duration_ns
 
     async def _dispatch_heads(self) -> None:
-        if self.stopping:
-            return
-        start = self.s.start_ns
-        for plan in self.plans:
-            if plan.follows_previous:
-                continue
-            due = start + plan.scheduled_offset_ns
+        """Send every session head at its deadline; reads may send one first (ReadClock.on_due)."""
+        while not self.stopping:
+            self._send_due_heads()
+            due = self._clock.next_due_ns
+            if due == NEVER_NS:
+                return
+            await self._sleep_until(due, head=True)
+
+    def _send_due_heads(self) -> None:
+        """Dispatch every head whose deadline has passed; publish the next deadline to the clock."""
+        clock = self._clock
+        clock.next_due_ns = NEVER_NS  # no re-entry from a read while we dispatch
+        heads, i, start = self._heads, self._head_i, self.s.start_ns
+        while i < len(heads) and not self.stopping:
+            due = start + heads[i].scheduled_offset_ns
             if self._past_duration(due):
+                i = len(heads)
                 break
             if due > time.perf_counter_ns():
-                await self._sleep_until(due)
-            self._dispatch(plan, due)
+                break
+            i += 1
+            self._dispatch(heads[i - 1], due)
+        self._head_i = i
+        if i < len(heads) and not self.stopping:
+            clock.next_due_ns = start + heads[i].scheduled_offset_ns
 
     def _dispatch(self, plan: PlannedRequest, due_ns: int) -> None:
         c = self.counters
@@ -180,58 +195,60 @@ class Runner:
             self._follow(plan, time.perf_counter_ns())
             return
         c.inflight += 1
-        outcome = Outcome(0)
-        task = asyncio.get_running_loop().create_task(self._execute(plan, due_ns, outcome))
+        call = _Call(Outcome(time.perf_counter_ns()))
+        self._calls.add(call)
+        task = asyncio.get_running_loop().create_task(self._execute(plan, due_ns, call))
         if not task.done():
-            self._inflight[task] = outcome
-            task.add_done_callback(self._inflight_done)
+            call.task = task
 
-    def _inflight_done(self, task: asyncio.Task) -> None:
-        self._inflight.pop(task, None)
-        if not self._inflight and not self._waiting:
-            self._idle.set()
-
-    async def _execute(self, plan: PlannedRequest, due_ns: int, outcome: Outcome) -> None:
-        built = self.built[plan.index]
-        call_ns = outcome.sent_ns = time.perf_counter_ns()
-        c = self.counters
-        c.sent += 1
+    async def _execute(self, plan: PlannedRequest, due_ns: int, call: _Call) -> None:
+        outcome = call.outcome
+        pool = self._pool
         canceller = None
-        if plan.cancel_after_ns is not None:
-            canceller = asyncio.get_running_loop().call_later(
-                plan.cancel_after_ns / 1e9, _stop_task, asyncio.current_task(), outcome, "cancelled"
-            )
         try:
-            await send(
-                self._session,
-                self.s.base_url + built.path,
-                built.body,
-                self.headers[plan.index],
-                built.stream,
-                outcome,
-                plan.cancel_after_tokens,
+            conn = pool.take_idle()
+            if conn is None:
+                conn = await pool.open()
+            if plan.cancel_after_ns is not None:
+                canceller = asyncio.get_running_loop().call_later(
+                    plan.cancel_after_ns / 1e9, _stop_call, call, "cancelled"
+                )
+            exchange = call.exchange = Exchange(
+                outcome, self.streams[plan.index], plan.cancel_after_tokens, self._clock
             )
+            exchange.send(pool, conn, self.requests[plan.index])
+            self.counters.sent += 1
+            pool.top_up()
+            await exchange.done
+        except asyncio.CancelledError:
+            if outcome.stop_reason is None:
+                raise
+            outcome.e2e_ns = time.perf_counter_ns() - outcome.sent_ns
+            outcome.fail(outcome.stop_reason)
+        except (OSError, TimeoutError) as exc:  # could not connect
+            outcome.e2e_ns = time.perf_counter_ns() - outcome.sent_ns
+            outcome.fail("connect_error", f"{type(exc).__name__}: {exc}"[:200])
         finally:
             if canceller is not None:
                 canceller.cancel()
-            if outcome.on_wire:
-                self._learn_lead(outcome.sent_ns - call_ns)
-            c.inflight -= 1
-            c.done += 1
-            lags = c.recent_lags_ns
-            lags.append(outcome.sent_ns - due_ns)
-            if len(lags) > 4096:
-                del lags[:2048]
-            if outcome.error_kind is not None:
-                c.errors += 1
-            self.results.append(Sent(plan, due_ns, outcome))
-            self._follow(plan, time.perf_counter_ns())
+            self._record(plan, due_ns, call)
 
-    def _learn_lead(self, overhead_ns: int) -> None:
-        """Smoothed send overhead, three quarters of it, capped: better a hair late than early."""
-        estimate = self._lead_ns / LEAD_SHARE if self._lead_ns else overhead_ns
-        estimate += (overhead_ns - estimate) * LEAD_SMOOTHING
-        self._lead_ns = min(MAX_LEAD_NS, max(0, round(estimate * LEAD_SHARE)))
+    def _record(self, plan: PlannedRequest, due_ns: int, call: _Call) -> None:
+        self._calls.discard(call)
+        outcome = call.outcome
+        c = self.counters
+        c.inflight -= 1
+        c.done += 1
+        lags = c.recent_lags_ns
+        lags.append(outcome.sent_ns - due_ns)
+        if len(lags) > 4096:
+            del lags[:2048]
+        if outcome.error_kind is not None:
+            c.errors += 1
+        self.results.append(Sent(plan, due_ns, outcome))
+        self._follow(plan, time.perf_counter_ns())
+        if not self._calls and not self._waiting:
+            self._idle.set()
 
     def _follow(self, plan: PlannedRequest, ended_ns: int) -> None:
         """Send the session's next turn after this one's answer plus the recorded think time."""
@@ -252,7 +269,7 @@ class Runner:
 
     def _waiting_done(self, task: asyncio.Task) -> None:
         self._waiting.discard(task)
-        if not self._inflight and not self._waiting:
+        if not self._calls and not self._waiting:
             self._idle.set()
 
     async def _dispatch_later(self, plan: PlannedRequest, due_ns: int) -> None:
@@ -260,23 +277,45 @@ class Runner:
         if not self.stopping:
             self._dispatch(plan, due_ns)
 
+    async def _watch_reads(self) -> None:
+        """Stop requests silent for longer than the read timeout (one check for all, not a timer each)."""
+        timeout_ns = self.s.read_timeout_ns
+        interval_ns = min(WATCHDOG_MAX_INTERVAL_NS, max(WATCHDOG_MIN_INTERVAL_NS, timeout_ns // 10))
+        clock = time.perf_counter_ns
+        while True:
+            await asyncio.sleep(interval_ns / 1e9)
+            now = clock()
+            for call in list(self._calls):
+                exchange = call.exchange
+                if exchange is not None and now - exchange.last_ns > timeout_ns:
+                    exchange.stop("timeout", f"no data for {timeout_ns / 1e9:g} s")
+
     async def _drain(self) -> None:
         """Wait for the last requests and session turns; after a stop, only for the grace period."""
-        while (self._inflight or self._waiting) and not self.stopping:
+        while (self._calls or self._waiting) and not self.stopping:
             self._idle.clear()
-            if self._inflight or self._waiting:
+            if self._calls or self._waiting:
                 await self._idle.wait()
-        if not self._inflight:
+        if not self._calls:
             return
-        _, pending = await asyncio.wait(set(self._inflight), timeout=self.s.grace_ns / 1e9)
-        for task in pending:
-            _stop_task(task, self._inflight.get(task), "shutdown")
+        deadline = time.perf_counter_ns() + self.s.grace_ns
+        while self._calls and time.perf_counter_ns() < deadline:
+            self._idle.clear()
+            try:
+                await asyncio.wait_for(self._idle.wait(), (deadline - time.perf_counter_ns()) / 1e9)
+            except TimeoutError:
+                break
+        pending = [call.task for call in self._calls if call.task is not None]
+        for call in list(self._calls):
+            _stop_call(call, "shutdown")
         if pending:
             await asyncio.wait(pending, timeout=5)
 
 
-def _stop_task(task: asyncio.Task | None, outcome: Outcome | None, reason: str) -> None:
-    if task is None or task.done() or outcome is None:
-        return
-    outcome.stop_reason = reason
-    task.cancel()
+def _stop_call(call: _Call, reason: str) -> None:
+    """Stop one request: through its exchange once written, else by cancelling its connect."""
+    if call.exchange is not None:
+        call.exchange.stop(reason)
+    elif call.task is not None and not call.task.done():
+        call.outcome.stop_reason = reason
+        call.task.cancel()

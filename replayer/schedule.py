@@ -8,10 +8,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from llmreplay.errors import BadInput
-from llmreplay.trace_format import TraceRecord
 from replayer.config import ScheduleConfig
+
+if TYPE_CHECKING:  # workers unpickle PlannedRequest: importing this module must not load pyarrow
+    from llmreplay.trace_format import TraceRecord
 
 CANCEL_KIND = "client_disconnected"
 

@@ -1,106 +1,108 @@
-"""A worker process: builds its shard's request bodies, waits for the shared start, runs the loop,
-writes its part of the results. Started by replayer.coordinator; talks to it over a pipe.
+"""A worker process: loads its shard's pre-built bodies, encodes the requests, waits for the shared
+start, runs the loop, hands its raw results back. Started by replayer.coordinator; talks over a pipe.
+
+Kept light on purpose (uvloop, httptools, orjson): no pyarrow, no tokenizer, no aiohttp, so its
+memory is the bodies plus what the run measures.
 """
 
 from __future__ import annotations
 
 import asyncio
-import resource
+import gc
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from llmreplay.trace_format import TraceRecord
-from replayer.request_builder import BuildOptions, BuiltRequest, build_request
-from replayer.results import result_rows, rows_to_table, write_parquet_atomic
+from replayer.http_pool import Endpoint, encode_request
+from replayer.prepare import dump_pickle_atomic, load_plain_bodies
+from replayer.process_memory import peak_rss_mb
 from replayer.runner import LoopSettings, Runner
 from replayer.schedule import PlannedRequest
 
 # Shared int64 slots the coordinator reads for the progress display.
 STAT_SLOTS = ("sent", "done", "errors", "shed", "inflight", "lag_p99_ns")
 STATS_INTERVAL_S = 0.25
-GIL_SWITCH_INTERVAL_S = 0.0005  # keep the loop's GIL waits short while helper threads run
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerJob:
     worker: int
     plans: tuple[PlannedRequest, ...]  # linked by sessions.link_sessions; indices are local
-    records: dict[int, TraceRecord]
-    build: BuildOptions
-    block_size: int
-    tokenizer: str | None
+    has_session: tuple[bool, ...]  # by plan index: the trace row has a session id
+    bodies_path: str  # written by replayer.prepare before the worker is told to load it
     settings: LoopSettings  # start_ns filled in when the coordinator says go
     headers: tuple[tuple[str, str], ...]  # sent with every request (may include Authorization)
     session_header: str | None
-    part_path: str
+    results_path: str
 
 
-def build_all(job: WorkerJob) -> tuple[list[BuiltRequest], list[dict[str, str]], list[str]]:
-    """Every body, header set and model name of the shard, before the clock starts."""
-    speller = _speller(job) if _needs_synthesis(job) else None
-    built, headers, models = [], [], []
-    base = dict(job.headers)
-    for plan in job.plans:
-        record = job.records[plan.record_index]
-        request = build_request(record, plan, job.build, speller)
-        built.append(request)
-        h = dict(base)
-        h["X-Request-Id"] = plan.request_id
-        if job.session_header and record.session_id is not None:
-            h[job.session_header] = plan.session_key
-        headers.append(h)
-        models.append(job.build.model or record.model or job.build.default_model)
-    return built, headers, models
+@dataclass(frozen=True, slots=True)
+class WorkerResults:
+    """What a worker hands back: (plan index, due_ns, Outcome or None when shed) per request."""
+
+    worker: int
+    items: list[tuple]
 
 
-def _needs_synthesis(job: WorkerJob) -> bool:
-    return any(r.content_messages is None and r.content_prompt is None for r in job.records.values())
-
-
-def _speller(job: WorkerJob):
-    from replayer.prompt_synthesis import BlockSpeller, ExactTextWords
-
-    return BlockSpeller(ExactTextWords(job.tokenizer), job.block_size)
+def encode_requests(
+    endpoint: Endpoint,
+    plans: Sequence[PlannedRequest],
+    paths: Sequence[str],
+    bodies: Sequence[bytes],
+    base_headers: Sequence[tuple[str, str]],
+    session_header: str | None,
+    has_session: Sequence[bool],
+) -> list[bytes]:
+    """Every request's bytes, with X-Request-Id (and the session header), before the clock starts."""
+    out = []
+    for plan in plans:
+        headers = [*base_headers, ("X-Request-Id", plan.request_id)]
+        if session_header and has_session[plan.index]:
+            headers.append((session_header, plan.session_key))
+        out.append(encode_request(endpoint, "POST", paths[plan.index], headers, bodies[plan.index]))
+    return out
 
 
 def worker_main(job: WorkerJob, conn, stats) -> None:
-    """Process entry. Protocol: -> ("ready", build_s) | ("error", text); <- ("start", ns) | ("stop",);
-    -> ("done", info)."""
+    """Process entry. Protocol: <- ("load",) | ("stop",); -> ("ready", s) | ("error", text, bad_input);
+    <- ("start", ns) | ("stop",); -> ("done", info)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator decides; it forwards SIGTERM
+    if conn.recv()[0] != "load":
+        conn.send(("done", {"worker": job.worker, "stop_reason": "interrupted", "sent": 0}))
+        return
     try:
         t0 = time.perf_counter()
-        built, headers, models = build_all(job)
+        plain = load_plain_bodies(job.bodies_path)
+        requests = encode_requests(
+            job.settings.endpoint,
+            job.plans,
+            plain["paths"],
+            plain["bodies"],
+            job.headers,
+            job.session_header,
+            job.has_session,
+        )
+        streams = plain["streams"]
+        del plain  # the encoded requests hold the bodies now
         conn.send(("ready", time.perf_counter() - t0))
     except Exception as exc:  # reported to the coordinator, which turns BadInput into exit 2
         conn.send(("error", f"{type(exc).__name__}: {exc}", type(exc).__name__ == "BadInput"))
         return
     message = conn.recv()
     if message[0] != "start":
-        conn.send(("done", {"stop_reason": "interrupted", "sent": 0}))
+        conn.send(("done", {"worker": job.worker, "stop_reason": "interrupted", "sent": 0}))
         return
-    settings = replace(job.settings, start_ns=message[1])
-    runner = Runner(job.plans, built, headers, settings)
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    runner = Runner(job.plans, requests, streams, replace(job.settings, start_ns=message[1]))
+    gc.collect()
+    gc.freeze()  # the plans and request bytes live all run: keep the collector from rescanning them
     cpu_before_s = time.process_time()
     _run_loop(runner, stats)
     loop_cpu_s = time.process_time() - cpu_before_s
-    anchor_unix_ns, anchor_mono_ns = time.time_ns(), time.perf_counter_ns()
-    count_tokens = _token_counter(job, runner)
-    rows = result_rows(
-        runner.results,
-        job.records,
-        built,
-        models,
-        job.worker,
-        settings.start_ns,
-        anchor_unix_ns,
-        anchor_mono_ns,
-        count_tokens,
-    )
-    write_parquet_atomic(Path(job.part_path), rows_to_table(rows))
+    items = [(s.plan.index, s.due_ns, s.outcome) for s in runner.results]
+    dump_pickle_atomic(Path(job.results_path), WorkerResults(job.worker, items))
     conn.send(
         (
             "done",
@@ -109,7 +111,8 @@ def worker_main(job: WorkerJob, conn, stats) -> None:
                 "stop_reason": runner.stop_reason,
                 "sent": runner.counters.sent,
                 "loop_cpu_s": round(loop_cpu_s, 3),
-                "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                "max_rss_mb": peak_rss_mb(),
+                "modules_loaded": sorted(m for m in ("pyarrow", "aiohttp", "numpy") if m in sys.modules),
             },
         )
     )
@@ -141,12 +144,3 @@ def _write_stats(runner: Runner, stats) -> None:
     p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))] if lags else 0
     for i, value in enumerate((c.sent, c.done, c.errors, c.shed, c.inflight, p99)):
         stats[i] = value
-
-
-def _token_counter(job: WorkerJob, runner: Runner):
-    """The project tokenizer, loaded only when some answer came without usage."""
-    if not any(s.outcome is not None and s.outcome.response_text_bytes is not None for s in runner.results):
-        return None
-    from llmreplay.tokenizers import load_tokenizer
-
-    return load_tokenizer(job.tokenizer).count

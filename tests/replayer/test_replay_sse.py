@@ -53,7 +53,7 @@ def test_role_only_and_empty_chunks_are_not_content():
 def test_chunk_is_timestamped_by_the_read_that_completed_it():
     first = chunk(content="a")
     sse = feed_all([first[:10], first[10:], chunk(content="b")])
-    assert sse.chunk_offsets_ns == [2000, 3000]
+    assert list(sse.chunk_offsets_ns) == [2000, 3000]
 
 
 @settings(max_examples=200, deadline=None)
