@@ -19,6 +19,9 @@ from replay_helpers import (
 # A shared, loaded 2-core machine: generous bounds here; benchmarks/bench_replay.py measures the real figures.
 MEDIAN_LAG_MS = 3.0
 MAX_LAG_MS = 30.0
+# A closed-loop client would be ~700 ms late behind the slow server; this bound only has to tell that apart,
+# with the slow profile's sim sharing the two cores (precision is the benchmark's job).
+SLOW_SERVER_MEDIAN_LAG_MS = 10.0
 
 
 def server_offsets_ms(out, truth) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -69,7 +72,10 @@ def test_slow_server_does_not_delay_later_arrivals(tmp_path, sim_with_truth):
     done = run_replay(trace, url, out, "--header", "X-Sim-Fault: slow:700", "--engine", "vllm")
     assert done.returncode in (0, 1), done.stderr
     scheduled, at_server, _ = server_offsets_ms(out, truth())
-    assert np.median(at_server - scheduled) < MEDIAN_LAG_MS and np.max(at_server - scheduled) < MAX_LAG_MS
+    assert (
+        np.median(at_server - scheduled) < SLOW_SERVER_MEDIAN_LAG_MS
+        and np.max(at_server - scheduled) < MAX_LAG_MS
+    )
     rows = results(out)
     assert min(r["ttft_ns"] for r in rows) > 650e6  # the server really was slow
 
