@@ -13,6 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from llmreplay.error_kinds import ERROR_KINDS, error_kind_for_status  # noqa: F401 (re-exported: part of the format)
+
 FORMAT_VERSION = "1.0"
 READABLE_MAJOR_VERSIONS = (1,)
 METADATA_KEY = b"llmreplay"
@@ -22,23 +24,6 @@ ENDPOINTS = ("chat_completions", "completions", "embeddings", "responses")
 TOKEN_SOURCES = ("server_usage", "tokenizer", "imported")
 STRUCTURED_OUTPUT_KINDS = ("none", "json_object", "json_schema")
 TOOL_CHOICES = ("auto", "none", "required", "function")
-
-# One taxonomy for every stage: the recorder sees some, the replayer others, compare reads all.
-ERROR_KINDS = (
-    "timeout",  # no answer (or no next chunk) within the configured time
-    "connect_error",  # the TCP/TLS connection to the engine could not be made
-    "connection_reset",  # the connection broke mid-request or mid-stream
-    "http_4xx",  # a 4xx status other than 429
-    "rate_limited_429",  # 429; Retry-After kept in retry_after_ms
-    "http_5xx",  # any 5xx status
-    "stream_error",  # an SSE `error` event or error object inside a 200 stream
-    "stream_truncated",  # the stream ended without [DONE] or without a finish reason
-    "cancelled",  # cancelled by the replayer, mirroring a production client disconnect
-    "client_disconnected",  # the production client hung up mid-request (recorder)
-    "invalid_response",  # a body that is not the OpenAI wire format
-    "shed_by_client",  # not sent: the replayer's --max-inflight cap was reached
-    "shutdown",  # in flight when the recorder or replayer was stopped
-)
 
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 
@@ -97,6 +82,13 @@ CONTENT_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
 
 SHAPE_COLUMN_NAMES = tuple(name for name, _, _ in SHAPE_COLUMNS)
 CONTENT_COLUMN_NAMES = tuple(name for name, _, _ in CONTENT_COLUMNS)
+# Columns whose values come from a closed vocabulary; readers refuse anything else.
+ENUM_COLUMNS = {
+    "endpoint": ENDPOINTS,
+    "token_source": TOKEN_SOURCES,
+    "structured_output": STRUCTURED_OUTPUT_KINDS,
+    "error_kind": ERROR_KINDS,
+}
 NON_NEGATIVE_COLUMNS = (
     "turn_index",
     "think_time_ns",

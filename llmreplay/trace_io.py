@@ -19,6 +19,7 @@ from llmreplay.errors import BadInput
 from llmreplay.trace_format import (
     CONTENT_COLUMN_NAMES,
     CONTENT_COLUMNS,
+    ENUM_COLUMNS,
     METADATA_KEY,
     NON_NEGATIVE_COLUMNS,
     READABLE_MAJOR_VERSIONS,
@@ -157,6 +158,15 @@ def _validate_rows(path: Path, table: pa.Table, row_offset: int, seen_ids: dict[
             row = _first_index(negative)
             value = column[row].as_py()
             raise BadInput(f"{path}: column '{name}' row {row_offset + row}: negative value {value}")
+    for name, allowed in ENUM_COLUMNS.items():
+        column = table.column(name)
+        unknown = pc.and_(pc.is_valid(column), pc.invert(pc.is_in(column, value_set=pa.array(allowed))))
+        if pc.any(unknown).as_py():
+            row = _first_index(unknown)
+            value = column[row].as_py()
+            raise BadInput(
+                f"{path}: column '{name}' row {row_offset + row}: unknown value {value!r} (one of {', '.join(allowed)})"
+            )
     arrivals = table.column("arrival_time")
     if len(arrivals) > 1:
         backwards = pc.less(arrivals.slice(1), arrivals.slice(0, len(arrivals) - 1))

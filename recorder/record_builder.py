@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from llmreplay.error_kinds import error_kind_for_status
 from llmreplay.prefix_hash import prefix_block_hashes
 from llmreplay.sse import SSESplitter
 from llmreplay.tokenizers import Tokenizer
@@ -237,13 +238,9 @@ def classify_error(cap: Capture, request: RequestShape, response: ResponseShape 
         if cap.status is None and not cap.server_connected:
             return "connect_error"
         return "connection_reset"
-    status = cap.status or 0
-    if status == 429:
-        return "rate_limited_429"
-    if 400 <= status < 500:
-        return "http_4xx"
-    if status >= 500:
-        return "http_5xx"
+    kind = error_kind_for_status(cap.status or 0)
+    if kind is not None:
+        return kind
     if response is None:
         return None
     if response.stream_error:

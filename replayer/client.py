@@ -16,6 +16,7 @@ from array import array
 import httptools
 import orjson
 
+from llmreplay.error_kinds import error_kind_for_status
 from replayer.http_pool import Connection, ConnectionPool
 from replayer.sse import SseStream
 
@@ -108,15 +109,11 @@ class Outcome:
 
 
 def status_kind(status: int) -> str | None:
-    if status == 429:
-        return "rate_limited_429"
-    if 400 <= status < 500:
-        return "http_4xx"
-    if status >= 500:
-        return "http_5xx"
-    if status < 200 or status >= 300:
+    """Error kind of a response status; a status that is neither an error nor 2xx is not the wire format."""
+    kind = error_kind_for_status(status)
+    if kind is None and not 200 <= status < 300:
         return "invalid_response"
-    return None
+    return kind
 
 
 def retry_after_ms(value: str | None, now_unix_s: float | None = None) -> int | None:

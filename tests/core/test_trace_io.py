@@ -182,3 +182,9 @@ def test_cli_bad_trace_one_line_exit_2(tmp_path):
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "bad.parquet" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_value_outside_the_vocabulary_names_row(tmp_path):
+    path = tmp_path / "e.parquet"
+    write_raw(path, records_to_table([record(0), record(1, error_kind="exploded")], False))
+    expect_error(path, "e.parquet", "column 'error_kind' row 1", "unknown value 'exploded'")
