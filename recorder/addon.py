@@ -246,10 +246,12 @@ class Recorder:
         self.live[flow.id] = cap
 
     def request(self, flow: http.HTTPFlow) -> None:
+        request = flow.request
+        if request.http_version == "HTTP/2.0":
+            _frame_h2_body_for_http1(request)
         cap = self.live.get(flow.id)
         if cap is None:
             return
-        request = flow.request
         if request.raw_content is None:
             cap.request_error = (
                 "request body was streamed by mitmproxy (stream_large_bodies is set), so not parsed"
@@ -291,7 +293,7 @@ class Recorder:
         if cap is None:
             return
         cap.outcome = "error"
-        cap.error_msg = flow.error.msg if flow.error else "unknown error"
+        cap.error_msg = _error_message(flow)
         cap.server_connected = flow.server_conn.timestamp_tcp_setup is not None
         self.journal.submit(cap)
 
@@ -306,6 +308,28 @@ class Recorder:
 
     def _recorded(self, path: str) -> bool:
         return path in self._exact_paths or any(fnmatch.fnmatchcase(path, g) for g in self._glob_paths)
+
+
+def _frame_h2_body_for_http1(request: http.Request) -> None:
+    """HTTP/2 clients may omit content-length (DATA frames carry the framing); mitmproxy then sends the
+    body to an HTTP/1.1 upstream without framing, and the upstream reads an empty body."""
+    if request.raw_content is not None and "content-length" not in request.headers:
+        if "transfer-encoding" not in request.headers:
+            request.headers["content-length"] = str(len(request.raw_content))
+
+
+# mitmproxy's messages when an HTTP/2 connection ends (TCP close or GOAWAY); they do not say which peer
+_H2_CONNECTION_CLOSED = ("peer closed connection", "HTTP/2 connection closed")
+
+
+def _error_message(flow: http.HTTPFlow) -> str:
+    """The flow's error, naming the client when an HTTP/2 client hung up: mitmproxy's wording is
+    the same for both peers, but with an HTTP/1.1 upstream only the client side can speak HTTP/2."""
+    message = flow.error.msg if flow.error else "unknown error"
+    client_h2, server_h2 = flow.client_conn.alpn == b"h2", flow.server_conn.alpn == b"h2"
+    if client_h2 and not server_h2 and message.startswith(_H2_CONNECTION_CLOSED):
+        return f"client disconnected (HTTP/2: {message})"
+    return message
 
 
 def _first_values(fields, wanted: frozenset[bytes]) -> dict[bytes, str]:
