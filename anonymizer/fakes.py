@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from anonymizer.identifiers import IdentifierWords
 from anonymizer.keys import Rekeyer
 from llmreplay.exact_text import ExactText
 from llmreplay.tokenizers import Tokenizer
 
-_IDENTIFIER_ATTEMPTS = 6
+_IDENTIFIER_ATTEMPTS = 16  # only collisions with names already taken need a retry
 
 
 @dataclass
@@ -23,6 +24,10 @@ class Fakes:
     _identifiers: dict[str, str] = field(default_factory=dict)
     _taken: set[str] = field(default_factory=set)
     inexact_identifiers: int = 0
+    identifier_words: IdentifierWords = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self.identifier_words = IdentifierWords(self.tokenizer, self.exact)
 
     def count(self, text: str) -> int:
         return self.tokenizer.count(text)
@@ -32,54 +37,51 @@ class Fakes:
         return self.exact.text(self.count(value), self.rekeyer.seed("leaf", value.encode()))
 
     def identifier(self, name: str) -> str:
-        """A snake_case name of Faker words, with the token count of `name` when one can be found.
+        """A snake_case name of generator words with the token count of `name`.
 
-        Injective over the run: two different names never get the same replacement.
+        Injective over the run: two different names never get the same replacement. Only when
+        every candidate collides or the tokenizer merges the pieces is a name inexact (counted).
         """
         found = self._identifiers.get(name)
         if found is not None:
             return found
         target = self.count(name)
-        best = None
-        for attempt in range(_IDENTIFIER_ATTEMPTS * max(1, target)):
-            words = max(1, target - attempt % max(1, target))
+        first = None
+        for attempt in range(_IDENTIFIER_ATTEMPTS):
             seed = self.rekeyer.seed("identifier", f"{attempt}\0{name}".encode())
-            candidate = "_".join(self.exact.text(words, seed).split())
-            if candidate in self._taken:
-                continue
-            if self.count(candidate) == target:
-                best = candidate
-                break
-            if best is None:
-                best = candidate
-        if best is None or self.count(best) != target:
-            self.inexact_identifiers += 1
-            suffix = 0
-            while best is None or best in self._taken:
-                best = f"{best or 'name'}_{suffix}"
-                suffix += 1
-        self._identifiers[name] = best
-        self._taken.add(best)
-        return best
+            candidate = self.identifier_words.name(target, seed)
+            first = candidate if first is None else first
+            if candidate not in self._taken and self.count(candidate) == target:
+                return self._take(name, candidate)
+        self.inexact_identifiers += 1
+        best, suffix = first or "name", 0
+        while best in self._taken:
+            best = f"{first or 'name'}_{suffix}"
+            suffix += 1
+        return self._take(name, best)
+
+    def _take(self, name: str, new: str) -> str:
+        self._identifiers[name] = new
+        self._taken.add(new)
+        return new
 
     def number(self, value: int | float) -> int | float:
-        """A keyed number with the same digit layout (sign, digit count, decimal point position)."""
+        """A keyed number with the same digit layout (sign, digit count, decimal point position) and
+        no digit of the original left in its place.
+        """
         text = repr(value)
         digest = self.rekeyer.seed("number", text.encode()) * 4
-        out, position = [], 0
-        for char in text:
-            if char.isdigit():
-                digit = digest[position % len(digest)] % 10
-                first = position == 0
-                if first and len([c for c in text if c.isdigit()]) > 1 and digit == 0:
-                    digit = 1 + digest[position % len(digest)] % 9
-                out.append(str(digit))
-                position += 1
-            else:
-                out.append(char)
+        places = [i for i, char in enumerate(text) if char.isdigit()]
+        mantissa = text.split("e")[0]
+        last_decimal = len(mantissa) - 1 if "." in mantissa else None
+        out = list(text)
+        for position, place in enumerate(places):
+            banned = {text[place]}
+            if position == 0 and (text[0] == "-" or len(places) > 1):
+                banned.add("0")  # no leading zero, no "-0"
+            if place == last_decimal:
+                banned.add("0")  # repr would drop a trailing zero and change the layout
+            choices = [d for d in "0123456789" if d not in banned]
+            out[place] = choices[digest[position % len(digest)] % len(choices)]
         new = "".join(out)
-        if isinstance(value, int):
-            return int(new)
-        if "." in new and "e" not in new and new.endswith("0"):
-            new = new[:-1] + "1"
-        return float(new)
+        return int(new) if isinstance(value, int) else float(new)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import secrets
 import stat
 from dataclasses import dataclass, field
@@ -19,6 +20,15 @@ from llmreplay.errors import BadInput
 MIN_KEY_BYTES = 32
 _MASK_63 = (1 << 63) - 1
 _ID_HEX_CHARS = 24  # 96 bits: collisions between re-keyed ids are out of reach
+
+
+_ID_DIGEST_FORM = f"[0-9a-f]{{{_ID_HEX_CHARS}}}"
+ANY_REKEYED_ID = re.compile(r"\b[a-z]+[_-]" + _ID_DIGEST_FORM + r"\b")  # any prefix, inside any text
+
+
+def rekeyed_id_pattern(prefix: str) -> re.Pattern[str]:
+    """The form of every id `Rekeyer.id` returns: the prefix and a bare keyed digest, nothing else."""
+    return re.compile(re.escape(prefix) + _ID_DIGEST_FORM)
 
 
 def load_key(path: Path) -> bytes:

@@ -1,9 +1,10 @@
 """Keyed, prefix-preserving replacement of chat messages, completions prompts and responses.
 
 Message tokens are counted as llmreplay.chat_text defines for every stage. Text is replaced chunk
-by chunk (chunks end at global positions that are multiples of GRANULARITY_TOKENS, which divides the block size, and at message ends); a chunk's words are a
-keyed function of every original token and role before its end, so equal prefixes stay equal and
-different ones differ from their first differing chunk on.
+by chunk (chunks end at global positions that are multiples of GRANULARITY_TOKENS, which divides the
+block size, and at message ends); a chunk's words are a keyed function of every original token and
+role before its end, so equal prefixes stay equal and different ones differ from their first
+differing chunk on.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 import struct
 from array import array
 from collections import Counter, OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,8 +22,8 @@ import orjson
 
 from anonymizer.fakes import Fakes
 from anonymizer.media import png_data_url, silent_wav_base64
-from anonymizer.tools_schema import JsonTemplate, fit_value, json_text_template
-from llmreplay.chat_text import message_text
+from anonymizer.tools_schema import JsonTemplate, Slot, fit_value, json_text_template
+from llmreplay.chat_text import message_text, text_parts
 
 GRANULARITY_TOKENS = 16  # at most 32: one 64-byte digest draws a whole chunk
 _UNPACK_INDICES = struct.Struct("<32H").unpack
@@ -142,14 +144,38 @@ class PromptRewriter:
             text = self.chunked(ids, seed, state.offset_tokens)
             actual = self.fakes.count(text) if self.check_counts else len(ids)
             return self._other_fields(message, {plain: text}), len(ids), actual
-        # Parts are filled from a seed of the whole message text, so different messages differ.
+        words = self._content_words(message.get("content"), flat, ids, seed, state.offset_tokens)
+        # Other leaves are filled from a seed of the whole message text, so different messages differ.
         seed = self.fakes.rekeyer.seed("message-parts", seed + flat.encode())
         template = JsonTemplate(self.fakes)
-        value = self._template(template, message, seed)
+        value = self._template(template, message, seed, words)
         new, _, actual = fit_value(template, value, lambda m: message_text(m)[1], len(ids))
         return new, len(ids), actual
 
+    def _content_words(
+        self, content: Any, flat: str, ids: list[int], seed: bytes, offset_tokens: int
+    ) -> list[list[str]]:
+        """Words for each text part, taken from the message's chunked stream at that part's token
+        positions, so text parts share prefixes exactly as plain string content does.
+
+        The first token of every later part is the newline that joins it to the one before.
+        """
+        texts = text_parts(content)
+        if not texts:
+            return []
+        words = self.chunked_words(ids, seed, offset_tokens)
+        out, start, joined = [], 0, ""
+        for index, text in enumerate(texts):
+            joined = text if index == 0 else f"{joined}\n{text}"
+            end = len(ids) if joined == flat else self.fakes.count(joined)
+            out.append(words[start + (index > 0) : end])
+            start = max(start, end)
+        return out
+
     def chunked(self, ids: list[int], seed: bytes, offset_tokens: int) -> str:
+        return "".join(self.chunked_words(ids, seed, offset_tokens))
+
+    def chunked_words(self, ids: list[int], seed: bytes, offset_tokens: int) -> list[str]:
         """Words for `ids`: one chunk per granularity-aligned run, drawn from the chain up to its end.
 
         Each chunk's 64-byte chained digest holds 32 word indices, enough for a chunk (at most 16
@@ -165,7 +191,7 @@ class PromptRewriter:
             seed = blake2b(seed[:16] + array("I", ids[start:end]).tobytes(), digest_size=64).digest()
             words.extend([vocabulary[i & mask] for i in unpack(seed)[: end - start]])
             start = end
-        return "".join(words)
+        return words
 
     def _other_fields(self, message: dict, done: dict) -> dict:
         """The message with its text fields from `done` and every other field made anonymous."""
@@ -177,20 +203,20 @@ class PromptRewriter:
                 del out[key]
         return template.fill(out)
 
-    def _template(self, template: JsonTemplate, message: dict, seed: bytes) -> dict:
+    def _template(self, template: JsonTemplate, message: dict, seed: bytes, words: list) -> dict:
         out = {}
         for key, value in message.items():
-            new = self._field(template, key, value, seed)
+            new = self._field(template, key, value, seed, words)
             if new is not _DROP:
                 out[key] = new
         return out
 
-    def _field(self, template: JsonTemplate, key: str, value: Any, seed: bytes) -> Any:
+    def _field(self, template: JsonTemplate, key: str, value: Any, seed: bytes, words: Sequence = ()) -> Any:
         fakes = self.fakes
         if key in ("role", "type", "status", "index"):
             return value
         if key == "content":
-            return self._content(template, value, seed)
+            return self._content(template, value, seed, words)
         if key == "output" and isinstance(value, str):
             return template.slot(_sub_seed(seed, 0), fakes.count(value))
         if key == "tool_calls" and isinstance(value, list):
@@ -214,22 +240,30 @@ class PromptRewriter:
         self.stats.dropped_fields[f"message.{key}"] += 1
         return _DROP
 
-    def _content(self, template: JsonTemplate, content: Any, seed: bytes) -> Any:
+    def _content(self, template: JsonTemplate, content: Any, seed: bytes, words: Sequence) -> Any:
+        """Content with each text (in text_parts order) filled from its words in `words`."""
+        given = iter(words)
         if isinstance(content, str):
-            return template.slot(_sub_seed(seed, 0), self.fakes.count(content))
+            return self._text_slot(template, _sub_seed(seed, 0), content, next(given, None))
         if isinstance(content, list):
             out = []
             for index, part in enumerate(content):
                 if isinstance(part, str):
-                    out.append(template.slot(_sub_seed(seed, index), self.fakes.count(part)))
+                    out.append(self._text_slot(template, _sub_seed(seed, index), part, next(given, None)))
                 elif isinstance(part, dict):
-                    out.append(self._part(template, part, _sub_seed(seed, index)))
+                    text_words = next(given, None) if isinstance(part.get("text"), str) else None
+                    out.append(self._part(template, part, _sub_seed(seed, index), text_words))
                 else:
                     out.append(part)
             return out
         return template.value(content)
 
-    def _part(self, template: JsonTemplate, part: dict, seed: bytes) -> dict:
+    def _text_slot(self, template: JsonTemplate, seed: bytes, text: str, words: list | None) -> Slot:
+        if words is None:
+            return template.slot(seed, self.fakes.count(text))
+        return template.slot(seed, len(words), words)
+
+    def _part(self, template: JsonTemplate, part: dict, seed: bytes, words: list | None) -> dict:
         """A content part: text replaced, images and audio by stand-ins, type and count kept."""
         fakes = self.fakes
         out: dict[str, Any] = {}
@@ -237,7 +271,7 @@ class PromptRewriter:
             if key == "type" or (key == "detail" and value in _DETAILS):
                 out[key] = value
             elif key == "text" and isinstance(value, str):
-                out[key] = template.slot(seed, fakes.count(value))
+                out[key] = self._text_slot(template, seed, value, words)
             elif key == "image_url" and isinstance(value, dict):
                 url = value.get("url") if isinstance(value.get("url"), str) else ""
                 image = {"url": self._image(url)}

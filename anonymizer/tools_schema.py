@@ -8,12 +8,13 @@ original token count by lengthening or shortening its longest text. Pure apart f
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 
 from anonymizer.fakes import Fakes
+from llmreplay.exact_text import ExactText
 
 # Keys whose values are schemas, lists of schemas, or maps from a user-chosen name to a schema.
 SCHEMA_ONE = frozenset(
@@ -37,12 +38,20 @@ _FIT_ATTEMPTS = 8
 
 
 class Slot:
-    """A string leaf to be filled with `tokens` words drawn from `seed`; the fitter may resize it."""
+    """A string leaf to be filled with `tokens` words: the given `words` first, then words drawn from
+    `seed`; the fitter may resize it.
+    """
 
-    __slots__ = ("seed", "tokens")
+    __slots__ = ("seed", "tokens", "words")
 
-    def __init__(self, seed: bytes, tokens: int):
-        self.seed, self.tokens = seed, tokens
+    def __init__(self, seed: bytes, tokens: int, words: Sequence[str] = ()):
+        self.seed, self.tokens, self.words = seed, tokens, words
+
+    def text(self, exact: ExactText) -> str:
+        given = self.words
+        if self.tokens <= len(given):
+            return "".join(given[: self.tokens])
+        return "".join(given) + exact.text(self.tokens - len(given), self.seed)
 
 
 class Rendered:
@@ -130,16 +139,16 @@ class JsonTemplate:
                 out[key] = self.value(value)
         return out
 
-    def slot(self, seed: bytes, tokens: int) -> Slot:
+    def slot(self, seed: bytes, tokens: int, words: Sequence[str] = ()) -> Slot:
         """A text leaf seeded by the caller (for text whose seed follows the conversation)."""
-        slot = Slot(seed, tokens)
+        slot = Slot(seed, tokens, words)
         self.slots.append(slot)
         return slot
 
     def fill(self, template: Any) -> Any:
         """The plain JSON value, with every Slot replaced by its words and Rendered nodes by text."""
         if isinstance(template, Slot):
-            return self.fakes.exact.text(template.tokens, template.seed)
+            return template.text(self.fakes.exact)
         if isinstance(template, Rendered):
             return template.render(self.fill(template.value))
         if isinstance(template, dict):

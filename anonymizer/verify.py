@@ -1,9 +1,10 @@
 """The proof: re-read original and anonymized traces and check counts, structure, sharing and leaks.
 
 Independent of how the text was generated: it only tokenizes, compares and scans. A leak is a word
-of 4+ characters or a 5-token span of original content found in the output (generator vocabulary
-and protocol words kept by design, such as schema keywords and roles, are exempt from the word
-check). Holds the original's words and span hashes in memory: size it to the content, not the rows.
+of 4+ characters, or a 5-token span with 3+ tokens of letters or digits, of original content found in
+the output. Exempt, because they recur by chance: generator and protocol words (word check), bare
+keyed ids and JSON numbers (both checks; tool-call numbers are instead compared digit by digit).
+Holds the original's words and span hashes in memory: size it to the content, not the rows.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from typing import Any
 import numpy as np
 import orjson
 
+from anonymizer.keys import ANY_REKEYED_ID, rekeyed_id_pattern
 from anonymizer.nonce import nonce_scope
+from anonymizer.pipeline import ID_COLUMNS
 from anonymizer.tools_schema import SCHEMA_KEEP, SCHEMA_KEYWORDS, SCHEMA_LIST, SCHEMA_MAP, SCHEMA_ONE
 from llmreplay.chat_text import content_text, message_text
 from llmreplay.exact_text import ExactText
@@ -29,17 +32,16 @@ from llmreplay.trace_format import CONTENT_COLUMN_NAMES, SHAPE_COLUMN_NAMES
 from llmreplay.trace_io import iter_trace_batches, read_meta
 
 SPAN_TOKENS = 5
+# A span is a leak when it holds this many tokens with a letter or digit: JSON punctuation around
+# one or two generator words (`", "management", "`) recurs by chance, and words have their own check.
+MIN_SPAN_WORD_TOKENS = 3
 MIN_LEAK_WORD_CHARS = 4
 MAX_LISTED_PROBLEMS = 30
 _WORD = re.compile(r"\w{4,}")
-_ID_COLUMNS = ("request_id", "parent_request_id", "session_id", "user_id", "api_key_hash")
-_ID_KINDS = {
-    "request_id": "request",
-    "parent_request_id": "request",
-    "session_id": "session",
-    "user_id": "user",
-    "api_key_hash": "api_key",
-}
+# A number literal in JSON text (after ':', '[' or ',', before ',', ']' or '}'), escaped or not.
+_JSON_NUMBER = re.compile(r"(?<=[:\[,])(\s*)-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?=\s*[,\]}])")
+_ID_COLUMNS = tuple(ID_COLUMNS)
+_ID_FORMS = {name: rekeyed_id_pattern(prefix) for name, (_, prefix) in ID_COLUMNS.items()}
 _COMPARED_SHAPE = tuple(n for n in SHAPE_COLUMN_NAMES if n not in _ID_COLUMNS and n != "prefix_block_hashes")
 # Words the output holds by design: OpenAI protocol keys and values, schema keywords, media stand-ins.
 _PROTOCOL_WORDS = frozenset(
@@ -68,6 +70,7 @@ class VerifyReport:
     sharing_violations: int = 0
     leaked_words: int = 0
     leaked_spans: int = 0
+    kept_numbers: int = 0
     original_spans: int = 0
     problems: list[str] = field(default_factory=list)
 
@@ -81,6 +84,7 @@ class VerifyReport:
             or self.sharing_violations
             or self.leaked_words
             or self.leaked_spans
+            or self.kept_numbers
         )
 
     def problem(self, text: str) -> None:
@@ -99,7 +103,8 @@ class VerifyReport:
             f"ids: {self.id_mismatches} inconsistent",
             f"  prefix sharing: {self.blocks_checked} blocks checked, {self.sharing_violations} violations",
             f"  leaks: {self.leaked_words} original words, {self.leaked_spans} original {SPAN_TOKENS}-token spans "
-            f"found (against {self.original_spans} original spans)",
+            f"found (against {self.original_spans} original spans), "
+            f"{self.kept_numbers} tool-call numbers with original digits in place",
         ]
         return lines + [f"  problem: {p}" for p in self.problems]
 
@@ -137,6 +142,7 @@ class Verifier:
         self.words: set[str] = set()
         self.span_parts: list[np.ndarray] = []
         self.seen_leaves: set[bytes] = set()
+        self.original_id_forms: set[str] = set()  # id-shaped substrings of the original content
         self.names = _Bijection()
         self.ids = {
             "request": _Bijection(),
@@ -147,6 +153,7 @@ class Verifier:
         self.block_map = _Bijection()
         self.content_block_map = _Bijection()
         self._ids_cache: OrderedDict[str, list[int]] = OrderedDict()
+        self._wordy_tokens: dict[int, bool] = {}
 
     def run(self) -> VerifyReport:
         report = self.report
@@ -174,10 +181,13 @@ class Verifier:
                 report.shape_mismatches += 1
                 report.problem(f"row {index}: column {name} changed")
         for name in _ID_COLUMNS:
-            kind = _ID_KINDS[name]
+            kind = ID_COLUMNS[name][0]
             if (before[name] is None) != (after[name] is None) or before[name] == after[name] is not None:
                 report.id_mismatches += 1
                 report.problem(f"row {index}: column {name} not re-keyed")
+            elif after[name] is not None and not _ID_FORMS[name].fullmatch(after[name]):
+                report.id_mismatches += 1
+                report.problem(f"row {index}: column {name} is not a bare keyed id")
             elif before[name] is not None and not self.ids[kind].check(before[name], after[name]):
                 report.id_mismatches += 1
                 report.problem(f"row {index}: column {name} maps inconsistently")
@@ -217,6 +227,8 @@ class Verifier:
                 _value_skeleton(old_calls, self),
                 _value_skeleton(new_calls, self),
             )
+            for old_call, new_call in zip(_calls_of(old_calls), _calls_of(new_calls), strict=False):
+                self._numbers_replaced(f"{where} content_tool_calls", old_call, new_call)
         for name in ("content_tools", "content_response_format"):
             self._document(where, name, before[name], after[name])
 
@@ -238,6 +250,7 @@ class Verifier:
             )
             for old_call, new_call in zip(_calls(a), _calls(b), strict=False):
                 self._same_name(f"{where} message {i}", old_call, new_call)
+                self._numbers_replaced(f"{where} message {i}", old_call, new_call)
             if role_a != role_b:
                 self._structure(f"{where} message {i}: role {role_a} became {role_b}")
             old_stream.append((role_a, ids_a))
@@ -307,6 +320,20 @@ class Verifier:
         if not self.names.check(old.get("name"), new.get("name")):
             self._structure(f"{where}: tool name {_masked({str(old.get('name'))})} maps inconsistently")
 
+    def _numbers_replaced(self, where: str, old: dict, new: dict) -> None:
+        """Every number of the arguments replaced, digit by digit: the leak scan skips numbers in JSON
+        (see _without_json_numbers), so this is what proves they are gone.
+        """
+        old_args, new_args = (_loads_or_text(c.get("arguments")) for c in (old, new))
+        for a, b in zip(_json_numbers(old_args), _json_numbers(new_args), strict=False):
+            a_text, b_text = repr(a), repr(b)
+            in_place = len(a_text) == len(b_text) and any(
+                x == y and x.isdigit() for x, y in zip(a_text, b_text, strict=True)
+            )
+            if a == b or in_place:
+                self.report.kept_numbers += 1
+                self.report.problem(f"{where}: a tool-call argument number keeps original digits")
+
     def _structure(self, text: str) -> None:
         self.report.structure_mismatches += 1
         self.report.problem(text)
@@ -328,6 +355,7 @@ class Verifier:
             if digest in self.seen_leaves or text.startswith("data:"):
                 continue
             self.seen_leaves.add(digest)
+            self.original_id_forms.update(ANY_REKEYED_ID.findall(text))
             self.words.update(w.lower() for w in _WORD.findall(text))
             spans = _span_hashes(self._token_ids(text))
             if len(spans):
@@ -339,6 +367,26 @@ class Verifier:
         return value
 
     # -- pass 2: scan the output ---------------------------------------------------------------
+
+    def _wordy_windows(self, ids: list[int]) -> np.ndarray:
+        """Per SPAN_TOKENS window of `ids`: does it hold MIN_SPAN_WORD_TOKENS tokens with a letter or digit?"""
+        known = self._wordy_tokens
+        for token in ids:
+            if token not in known:
+                known[token] = any(char.isalnum() for char in self.tokenizer.decode([token]))
+        wordy = np.fromiter((known[token] for token in ids), dtype=np.int8, count=len(ids))
+        windows = np.lib.stride_tricks.sliding_window_view(wordy, SPAN_TOKENS)
+        return windows.sum(axis=1) >= MIN_SPAN_WORD_TOKENS
+
+    def _without_keyed_ids(self, text: str) -> str:
+        """`text` without the keyed ids the anonymizer made (ids, call ids), before the leak scan.
+
+        Their hex digits can spell a 5-digit run of an original number (a card, a phone) by chance,
+        which is no leak; an id-shaped string that occurs in the original content is still scanned.
+        """
+        if "_" not in text and "-" not in text:
+            return text
+        return ANY_REKEYED_ID.sub(lambda m: m[0] if m[0] in self.original_id_forms else "", text)
 
     def _scan_output(self) -> None:
         spans = np.unique(np.concatenate(self.span_parts)) if self.span_parts else np.zeros(0, np.uint64)
@@ -352,18 +400,43 @@ class Verifier:
                 if digest in seen:
                     continue
                 seen.add(digest)
+                text = _without_json_numbers(self._without_keyed_ids(text))
                 found = {w.lower() for w in _WORD.findall(text)} & leaks
                 if found:
                     self.report.leaked_words += len(found)
                     self.report.problem(f"row {index}: original words in output: {_masked(found)}")
                 if text.startswith("data:") or not len(spans):
                     continue
-                hits = np.isin(_span_hashes(self.tokenizer.encode(text)), spans)
+                ids = self.tokenizer.encode(text)
+                hits = np.isin(_span_hashes(ids), spans)
+                if hits.any():
+                    hits &= self._wordy_windows(ids)
                 if hits.any():
                     self.report.leaked_spans += int(hits.sum())
                     self.report.problem(
                         f"row {index}: {int(hits.sum())} original {SPAN_TOKENS}-token spans in output"
                     )
+
+
+def _without_json_numbers(text: str) -> str:
+    """JSON text without its number literals, before the leak scan: numbers are keyed digit by digit,
+    and random digits next to JSON punctuation match some original span by chance (`": 55.`).
+    """
+    if text[:1] not in ("{", "[") and '":' not in text:
+        return text
+    return _JSON_NUMBER.sub("", text)
+
+
+def _json_numbers(value: Any) -> Iterator[int | float]:
+    """The numbers of a JSON value in document order (booleans are not numbers)."""
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _json_numbers(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _json_numbers(item)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield value
 
 
 def _stream_blocks(stream: list[tuple[str, list[int]]], block_size: int) -> list[int]:
@@ -505,6 +578,13 @@ def _function(tool: Any) -> dict | None:
     if not isinstance(tool, dict):
         return None
     return tool["function"] if isinstance(tool.get("function"), dict) else tool
+
+
+def _calls_of(calls: Any) -> list[dict]:
+    """The functions of a list of tool calls (a response's content_tool_calls)."""
+    if not isinstance(calls, list):
+        return []
+    return [c["function"] for c in calls if isinstance(c, dict) and isinstance(c.get("function"), dict)]
 
 
 def _calls(message: Any) -> list[dict]:

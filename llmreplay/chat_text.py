@@ -14,17 +14,20 @@ from typing import Any
 
 def content_text(content: Any) -> str:
     """Text of a message's content: a string, or the text parts of a list joined by newlines."""
+    return content if isinstance(content, str) else "\n".join(text_parts(content))
+
+
+def text_parts(content: Any) -> list[str]:
+    """The texts that content_text joins, in order: the string, or each text part of a list."""
     if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if isinstance(part, str):
-                texts.append(part)
-            elif isinstance(part, dict) and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-        return "\n".join(texts)
-    return ""
+        return [content]
+    if not isinstance(content, list):
+        return []
+    return [
+        part if isinstance(part, str) else part["text"]
+        for part in content
+        if isinstance(part, str) or (isinstance(part, dict) and isinstance(part.get("text"), str))
+    ]
 
 
 def message_text(message: Any) -> tuple[str, str]:

