@@ -54,19 +54,9 @@ class StreamAll:
 
 
 async def serve_bare(port: int, upstream: str, stream: bool) -> None:
-    from mitmproxy import options
-    from mitmproxy.addons import core, errorcheck, next_layer, proxyserver, tlsconfig
-    from mitmproxy.master import Master
+    from recorder.embedded import minimal_master
 
-    opts = options.Options()
-    master = Master(opts)
-    master.addons.add(
-        core.Core(),
-        proxyserver.Proxyserver(),
-        next_layer.NextLayer(),
-        tlsconfig.TlsConfig(),
-        errorcheck.ErrorCheck(),
-    )
+    opts, master = minimal_master()
     if stream:
         master.addons.add(StreamAll())
     opts.update(mode=[f"reverse:{upstream}"], listen_host="127.0.0.1", listen_port=port, connection_strategy="lazy",
