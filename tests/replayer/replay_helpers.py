@@ -39,10 +39,9 @@ def write_content_trace(path: Path, records) -> Path:
     return path
 
 
-def run_replay(
-    trace: Path, target: str, out: Path, *args: str, timeout_s: float = 90
-) -> subprocess.CompletedProcess:
-    cmd = [
+def replay_cmd(trace: Path, target: str, out: Path, *args: str, quiet: bool = True) -> list[str]:
+    """`llmreplay replay` as a subprocess command line."""
+    return [
         sys.executable,
         "-m",
         "llmreplay.cli",
@@ -52,9 +51,15 @@ def run_replay(
         target,
         "-o",
         str(out),
-        "--quiet",
+        *(["--quiet"] if quiet else []),
         *args,
     ]
+
+
+def run_replay(
+    trace: Path, target: str, out: Path, *args: str, timeout_s: float = 90
+) -> subprocess.CompletedProcess:
+    cmd = replay_cmd(trace, target, out, *args)
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
 
 
@@ -77,19 +82,7 @@ def run_replays_concurrently(jobs, timeout_s: float = 120) -> list[subprocess.Co
     """Several replay CLIs at once (trace, target, out, *args): most of a short run is process start-up."""
     procs = []
     for trace, target, out, *args in jobs:
-        cmd = [
-            sys.executable,
-            "-m",
-            "llmreplay.cli",
-            "replay",
-            str(trace),
-            "--target",
-            target,
-            "-o",
-            str(out),
-            "--quiet",
-            *args,
-        ]
+        cmd = replay_cmd(trace, target, out, *args)
         procs.append(
             (cmd, subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         )

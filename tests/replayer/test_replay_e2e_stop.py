@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 
 import pyarrow.parquet as pq
-from replay_helpers import ROOT, content_record, run_info, run_replay, write_content_trace
+from replay_helpers import ROOT, content_record, replay_cmd, run_info, run_replay, write_content_trace
 
 from llmreplay.run_format import RESULT_SCHEMA
 
@@ -22,23 +21,18 @@ def test_sigint_keeps_every_sent_request_and_leaks_no_secret(tmp_path, sim_with_
     trace = write_content_trace(tmp_path / "t.parquet", records)
     url, truth = sim_with_truth("--profile", "fast")
     out = tmp_path / "run"
-    cmd = [
-        sys.executable,
-        "-m",
-        "llmreplay.cli",
-        "replay",
-        str(trace),
-        "--target",
+    cmd = replay_cmd(
+        trace,
         url,
-        "-o",
-        str(out),
+        out,
         "--engine",
         "vllm",
         "--header",
         f"X-Custom-Auth: {HEADER_SECRET}",
         "--grace",
         "5",
-    ]
+        quiet=False,
+    )
     proc = subprocess.Popen(
         cmd,
         cwd=ROOT,
