@@ -52,6 +52,23 @@ TTFT_ERR_BOUND_MS = 2.0
 SAMPLE_INTERVAL_S = 0.2
 AIPERF_VENV = Path(os.environ.get("AIPERF_VENV", "/tmp/aiperf-venv"))
 AIPERF_TOKENIZER = "local/bench-tokenizer"  # a repo id in our own HF cache directory
+PINNING: dict[str, set[int]] = {}  # with --pin: "sim" -> its CPU, "client" -> the others
+REALTIME = {"on": False}  # with --rt: sim and client run SCHED_FIFO, ahead of other jobs on the machine
+
+
+def pinned(role: str):
+    """A preexec_fn that pins the child to its role's CPUs and/or gives it real-time priority."""
+    cpus, rt = PINNING.get(role), REALTIME["on"]
+    if cpus is None and not rt:
+        return None
+
+    def apply() -> None:
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+        if rt:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+
+    return apply
 
 
 @dataclass(frozen=True)
@@ -114,7 +131,9 @@ def start_sim(log: Path, out: Path) -> tuple[subprocess.Popen, str]:
         "--profile", "fast", "--log", str(log), "--max-num-seqs", "4096", "--max-waiting", "100000",
         "--kv-cache-tokens", "100000000",
     ]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=open(out, "wb"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=open(out, "wb"), stderr=subprocess.STDOUT, preexec_fn=pinned("sim")
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
         try:
@@ -183,7 +202,9 @@ class TreeSampler:
 
 def run_sampled(cmd: list[str], env: dict | None, timeout_s: float, log: Path) -> tuple[int, TreeSampler]:
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=pinned("client")
+        )
         sampler = TreeSampler(proc.pid)
         try:
             proc.wait(timeout=timeout_s)
@@ -501,11 +522,25 @@ def main() -> None:
     )
     parser.add_argument("--sweep", help="comma-separated short-stream rates to try, lowest first")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--pin", action="store_true", help="sim on the last CPU, the client (either tool) on the others"
+    )
+    parser.add_argument(
+        "--rt",
+        action="store_true",
+        help="run sim and client SCHED_FIFO (needs root): measures them, not the other jobs on the machine",
+    )
     args = parser.parse_args()
+    REALTIME["on"] = args.rt
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            parser.error("--pin needs at least 2 CPUs")
+        PINNING.update(sim={cpus[-1]}, client=set(cpus[:-1]))
     work = Path(tempfile.mkdtemp(prefix="bench_replay-"))
     print(
         f"# bench_replay: {os.cpu_count()} cpus, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
-        f"workers {args.workers}, work dir {work}",
+        f"workers {args.workers}, pinning {PINNING or 'none'}, SCHED_FIFO {args.rt}, work dir {work}",
         flush=True,
     )
     results = []
