@@ -41,7 +41,7 @@ class ReadClock:
     `on_due`, so dispatch is late by one read's work, not by the whole burst.
     """
 
-    __slots__ = ("next_due_ns", "on_due", "_batch_ns", "_loop", "_backlog", "_draining")
+    __slots__ = ("next_due_ns", "on_due", "_batch_ns", "_loop", "_backlog", "_after_pass_due")
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.next_due_ns = NEVER_NS  # the dispatcher's next deadline (perf_counter_ns)
@@ -49,25 +49,24 @@ class ReadClock:
         self._batch_ns = 0
         self._loop = loop
         self._backlog: deque[Exchange] = deque()  # exchanges with stashed, unparsed reads
-        self._draining = False
+        self._after_pass_due = False
 
     def defer(self, exchange: Exchange) -> None:
-        """Parse this exchange's stashed reads after the current pass over ready sockets."""
+        """Parse this exchange's stashed reads after the current pass (call `read_ns` first)."""
         self._backlog.append(exchange)
-        if not self._draining:
-            self._draining = True
-            self._loop.call_soon(self._drain)
 
-    def _drain(self) -> None:
+    def _after_pass(self) -> None:
+        """End the pass's timestamp batch; parse stashed reads for one slice, the rest after a poll."""
+        self._batch_ns = 0
         backlog = self._backlog
         clock = time.perf_counter_ns
         deadline = clock() + PARSE_SLICE_NS
         while backlog:
             backlog.popleft().parse_pending()
             if backlog and clock() >= deadline:
-                self._loop.call_soon(self._drain)  # after the loop's next poll
+                self._loop.call_soon(self._after_pass)  # after the loop's next poll
                 return
-        self._draining = False
+        self._after_pass_due = False
 
     def read_ns(self) -> int:
         now = time.perf_counter_ns()
@@ -76,11 +75,10 @@ class ReadClock:
         batch = self._batch_ns
         if batch == 0:
             batch = self._batch_ns = now
-            self._loop.call_soon(self._end_batch)  # runs after this pass's I/O callbacks
+            if not self._after_pass_due:
+                self._after_pass_due = True
+                self._loop.call_soon(self._after_pass)  # runs after this pass's I/O callbacks
         return batch
-
-    def _end_batch(self) -> None:
-        self._batch_ns = 0
 
 
 class Outcome:

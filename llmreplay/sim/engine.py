@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -174,7 +174,17 @@ class Engine:
         return hits * self.params.block_size
 
     def end_step(self, now_ns: int, clock: Callable[[], int] | None = None) -> None:
-        """Every running sequence emits one token; finished or stopped ones leave the batch.
+        """Every running sequence emits one token; finished or stopped ones leave the batch."""
+        for _ in self.emit_step(now_ns, clock):
+            pass
+
+    def emit_step(
+        self, now_ns: int, clock: Callable[[], int] | None = None, slice_ns: int | None = None
+    ) -> Iterator[None]:
+        """`end_step` in slices: yields after about `slice_ns` of writing (with `clock`), so the
+        caller can let its event loop read new requests between slices instead of after the whole
+        batch. The batch's state is settled after the last slice; sequences aborted meanwhile leave
+        it as they would have between steps.
 
         With `clock`, first and last tokens are stamped just before they are written: in a big batch
         the last write of a step comes measurably later than its start, and a stamp taken after the
@@ -186,9 +196,14 @@ class Engine:
         self._admitted_this_step.clear()
         self.steps_total += 1
         still_running: list[Sequence] = []
-        freed_kv = 0
         emitted = 0
-        for seq in self._running:
+        slice_end_ns = clock() + slice_ns if clock is not None and slice_ns is not None else None
+        for i, seq in enumerate(list(self._running)):
+            if slice_end_ns is not None and i % 8 == 7 and clock() >= slice_end_ns:
+                yield
+                slice_end_ns = clock() + slice_ns
+            if seq.state != "running":
+                continue  # aborted between slices: abort() freed it already
             number = seq.emitted_tokens + 1
             stamp_ns = (
                 clock() if clock is not None and (number == 1 or number == seq.target_tokens) else now_ns
@@ -203,8 +218,7 @@ class Engine:
                     still_running.append(seq)
                     continue
             seq.state = "done"
-            freed_kv += seq.kv_tokens
+            self.kv_used_tokens -= seq.kv_tokens
             seq.sink.finish(seq, now_ns)
-        self._running = still_running
-        self.kv_used_tokens -= freed_kv
+        self._running = [seq for seq in still_running if seq.state == "running"]
         self.generation_tokens_total += emitted

@@ -187,3 +187,26 @@ def test_first_and_last_tokens_are_stamped_when_written_given_a_clock():
     assert b.last_token_ns == 500 + 100 + 5
     engine.end_step(engine.begin_step(700).duration_ns + 700, lambda: next(ticks))
     assert b.last_token_ns == 1020
+
+
+def test_a_big_batch_is_written_in_slices_and_an_abort_between_slices_leaves_it():
+    sink = Recorder()
+    engine = Engine(params(max_num_seqs=64))
+    seqs = [seq(f"s{i}", sink, prompt=4, target=3) for i in range(32)]
+    for s in seqs:
+        engine.submit(s)
+    engine.begin_step(0)
+    kv_before = engine.kv_used_tokens
+    clock = iter(range(0, 10_000_000, 100))  # every reading 100 ns later: a slice of 1,000 ns is ~10
+    emission = engine.emit_step(1000, lambda: next(clock), slice_ns=1000)
+    next(emission)  # the first slice
+    written_first = len(sink.tokens)
+    assert 0 < written_first < 32
+    late = seqs[-1]  # not written yet: the client goes away between slices
+    engine.abort(late, "cancelled_by_client", 2000)
+    rest = sum(1 for _ in emission)  # the remaining slices
+    assert rest >= 1
+    assert [t[0] for t in sink.tokens] == [s.request_id for s in seqs[:-1]]  # once each, in order
+    assert late.state == "done" and late.emitted_tokens == 0
+    assert engine.num_running == 31
+    assert engine.kv_used_tokens == kv_before - late.kv_tokens
