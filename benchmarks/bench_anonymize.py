@@ -137,8 +137,11 @@ def build_trace(
             writer.write_records(batch)
 
 
-def run_anonymize(trace: Path, out: Path, key: Path, cpu: int) -> tuple[dict, float, int]:
-    """Anonymize in a child pinned to one CPU; returns (its --json result, wall seconds, peak RSS bytes)."""
+def run_anonymize(trace: Path, out: Path, key: Path, cpu: int) -> tuple[dict, float, int, list]:
+    """Anonymize in a child pinned to one CPU, sampling its memory from /proc as it runs.
+
+    Returns (its --json result, wall seconds, peak RSS bytes, samples of (seconds, RSS, peak RSS)).
+    """
     cmd = [
         sys.executable,
         "-m",
@@ -151,18 +154,54 @@ def run_anonymize(trace: Path, out: Path, key: Path, cpu: int) -> tuple[dict, fl
         str(key),
     ]
     started = time.perf_counter()
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [*cmd, "--force", "--json"],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
         preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
     )
+    samples = []
+    while proc.poll() is None:
+        memory = _memory_bytes(proc.pid)
+        if memory is not None:
+            samples.append((time.perf_counter() - started, *memory))
+        time.sleep(SAMPLE_EVERY_S)
+    stdout, stderr = proc.communicate()
     wall_s = time.perf_counter() - started
     if proc.returncode != 0:
-        raise SystemExit(f"anonymize failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+        raise SystemExit(f"anonymize failed ({proc.returncode}): {stderr.strip()[-2000:]}")
     peak_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # Linux: KiB
-    return json.loads(proc.stdout), wall_s, peak_rss
+    return json.loads(stdout), wall_s, peak_rss, samples
+
+
+SAMPLE_EVERY_S = 0.2
+RUN_FRACTIONS = (0.1, 0.25, 0.5, 0.75, 1.0)
+
+
+def _memory_bytes(pid: int) -> tuple[int, int] | None:
+    """(RSS, peak RSS so far) of a running process, from /proc (None once it has exited)."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+        return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def print_memory_profile(samples: list, wall_s: float, peak_rss: int) -> None:
+    """Peak RSS reached by each fraction of the run (wall time, so start-up counts in the first part)."""
+    if not samples:
+        return
+    parts = []
+    for fraction in RUN_FRACTIONS:
+        upto = [hwm for seconds, _, hwm in samples if seconds <= fraction * wall_s]
+        peak = peak_rss if fraction == 1.0 else max(upto, default=0)
+        parts.append(f"{fraction:.0%} {peak / 2**20:.0f}")
+    print(f"peak RSS by share of the run (MiB): {', '.join(parts)}")
+    half = max((hwm for seconds, _, hwm in samples if seconds <= 0.5 * wall_s), default=0)
+    if half:
+        print(f"flatness: peak RSS grew {(peak_rss - half) / 2**20:+.0f} MiB over the second half of the run")
 
 
 def main() -> None:
@@ -189,7 +228,7 @@ def main() -> None:
     if not key.exists():
         key.write_bytes(os.urandom(32))
         key.chmod(0o600)
-    result, wall_s, peak_rss = run_anonymize(
+    result, wall_s, peak_rss, samples = run_anonymize(
         trace, args.workdir / f"{kind}-{args.requests}.anon.parquet", key, args.cpu
     )
     tokens, elapsed = result["prompt_tokens"], result["elapsed_s"]
@@ -211,6 +250,7 @@ def main() -> None:
         f"exact token counts: {result['texts_exact']}/{result['texts']} ({100 * result['exact_rate']:.3f}%)"
     )
     print(f"peak RSS of the anonymizer process: {peak_rss / 2**20:.0f} MiB")
+    print_memory_profile(samples, wall_s, peak_rss)
 
 
 if __name__ == "__main__":

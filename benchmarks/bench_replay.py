@@ -7,14 +7,16 @@ Mooncake replay of `llmreplay export mooncake`. From the sim's log: dispatch lag
 scheduled), TTFT error (client's first token - the sim's write of it), ITL error (client vs sim
 mean inter-token gap). From a process-tree sampler: client CPU-s per 1,000 requests over the run
 window and peak RSS (all client processes summed). `--quick` runs 10 s per shape; `--sweep`
-finds the highest short-stream rate at which llmreplay keeps lag p99 <= 5 ms and TTFT err p99 <= 2 ms.
+finds the highest rate of a shape (`--sweep-shape`, default short) at which llmreplay keeps lag
+p99 <= 5 ms and TTFT err p99 <= 2 ms. `--pin` puts the sim on its own CPU; `--rt` runs sim and
+client SCHED_FIFO, so other jobs on a shared machine do not decide the figures.
 
 AIPerf lives in its own virtual environment (default /tmp/aiperf-venv, created on first use with
 `pip install aiperf`); it gets a small local tokenizer through an HF cache directory, since this
 machine has no Hub access. If it cannot be installed or run, the script says so and carries on.
 
     .venv/bin/python benchmarks/bench_replay.py [--quick] [--shapes light,long,short] [--workers N]
-        [--no-aiperf] [--sweep 204,300,400] [--repeat N]
+        [--no-aiperf] [--sweep 204,300,400 [--sweep-shape long]] [--repeat N] [--pin] [--rt]
 """
 
 from __future__ import annotations
@@ -489,15 +491,16 @@ def verdicts(results: list[dict]) -> None:
         )
 
 
-def sweep(rates: list[float], duration_s: float, workers: int, work: Path) -> None:
-    base = SHAPES["short"]
+def sweep(rates: list[float], duration_s: float, workers: int, work: Path, shape_name: str) -> None:
+    base = SHAPES[shape_name]
     best = None
     for rate in rates:
-        shape = Shape("short", rate, duration_s, base.input_median_tokens, base.output_median_tokens, "")
+        shape = Shape(shape_name, rate, duration_s, base.input_median_tokens, base.output_median_tokens, "")
         trace = work / f"sweep-{rate:g}.parquet"
-        make_trace(shape, duration_s, trace)
+        count = make_trace(shape, duration_s, trace)
         r = run_llmreplay(shape, trace, duration_s, workers, work, prefix="sweep-")
-        ok = r["lag_ms"][1] <= LAG_BOUND_MS and r["ttft_err_ms"][1] <= TTFT_ERR_BOUND_MS
+        held = r["sent"] == count  # every request of the trace reached the server
+        ok = held and r["lag_ms"][1] <= LAG_BOUND_MS and r["ttft_err_ms"][1] <= TTFT_ERR_BOUND_MS
         print(
             f"# sweep {rate:g} req/s: achieved {r['achieved_rate']:.1f}, lag p99 {r['lag_ms'][1]:.2f} ms, "
             f"TTFT err p99 {r['ttft_err_ms'][1]:.2f} ms -> {'holds' if ok else 'breaks'}",
@@ -506,8 +509,46 @@ def sweep(rates: list[float], duration_s: float, workers: int, work: Path) -> No
         if not ok:
             break
         best = rate
-    print(f"# highest short-stream rate with lag p99 <= {LAG_BOUND_MS} ms and TTFT err p99 <= "
+    print(f"# highest {shape_name} rate with lag p99 <= {LAG_BOUND_MS} ms and TTFT err p99 <= "
           f"{TTFT_ERR_BOUND_MS} ms: {best if best is not None else 'none of ' + str(rates)}")  # fmt: skip
+
+
+def memory_scaling(sizes: list[int], work: Path) -> None:
+    """Peak RSS of the replay's processes against the trace's size: the builder, the coordinator and
+    the worker hold every planned request's body before the clock starts, so this is the memory a
+    trace of that many requests needs. Long-stream shape (~500-token prompts); `--duration 2` keeps
+    each run short, since the bodies are built and loaded for the whole trace either way."""
+    base = SHAPES["long"]
+    rows = []
+    for size in sizes:
+        shape = Shape("long", base.rate_per_s, size / base.rate_per_s, base.input_median_tokens,
+                      base.output_median_tokens, "")  # fmt: skip
+        trace = work / f"memory-{size}.parquet"
+        count = make_trace(shape, shape.duration_s, trace)
+        sim, url = start_sim(work / f"memory-{size}-truth.parquet", work / f"memory-{size}-sim.log")
+        run_dir = work / f"memory-{size}-run"
+        try:
+            cmd = [
+                sys.executable, "-m", "llmreplay.cli", "replay", str(trace), "--target", url, "-o",
+                str(run_dir), "--engine", "vllm", "--json", "--duration", "2", "--grace", "10",
+            ]  # fmt: skip
+            code, sampler = run_sampled(cmd, None, 3600, work / f"memory-{size}.log")
+            if code not in (0, 1):
+                raise RuntimeError(f"replay failed: {(work / f'memory-{size}.log').read_text()[-3000:]}")
+        finally:
+            stop(sim)
+        run = json.loads((run_dir / "run.json").read_text())
+        worker = max((w.get("max_rss_mb", 0.0) for w in run["workers"]), default=0.0)
+        builder = (run.get("builder") or {}).get("peak_rss_mb") or 0.0
+        coordinator = run.get("coordinator_max_rss_mb") or 0.0
+        rows.append((count, builder, coordinator, worker))
+        print(f"# memory {count} requests: peak RSS builder {builder:.0f} MB, coordinator "
+              f"{coordinator:.0f} MB, worker {worker:.0f} MB", flush=True)  # fmt: skip
+    if len(rows) > 1:
+        (n0, *r0), (n1, *r1) = rows[0], rows[-1]
+        per_k = [(b - a) / (n1 - n0) * 1000 for a, b in zip(r0, r1, strict=True)]
+        print(f"# memory per 1,000 requests (slope {n0}..{n1}): builder {per_k[0]:.1f} MB, "
+              f"coordinator {per_k[1]:.1f} MB, worker {per_k[2]:.1f} MB")  # fmt: skip
 
 
 def main() -> None:
@@ -520,8 +561,10 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=1, help="run every shape N times (report medians yourself)"
     )
-    parser.add_argument("--sweep", help="comma-separated short-stream rates to try, lowest first")
+    parser.add_argument("--sweep", help="comma-separated rates to try, lowest first")
+    parser.add_argument("--sweep-shape", default="short", choices=sorted(SHAPES))
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--memory", help="comma-separated trace sizes (requests): peak RSS against size")
     parser.add_argument(
         "--pin", action="store_true", help="sim on the last CPU, the client (either tool) on the others"
     )
@@ -564,8 +607,11 @@ def main() -> None:
     verdicts(results)
     if aiperf_note:
         print(f"# {aiperf_note}")
+    if args.memory:
+        memory_scaling([int(n) for n in args.memory.split(",")], work)
     if args.sweep:
-        sweep([float(r) for r in args.sweep.split(",")], args.duration_s or 10.0, args.workers, work)
+        rates = [float(r) for r in args.sweep.split(",")]
+        sweep(rates, args.duration_s or 10.0, args.workers, work, args.sweep_shape)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
 

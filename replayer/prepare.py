@@ -2,8 +2,10 @@
 
 The only replay code that may load the tokenizer (prompt synthesis for shape-only rows). When it
 is needed, building runs in a short-lived process, so neither the workers nor the coordinator
-carry the tokenizer's memory through the run. Bodies reach the workers as one pickle per worker
-of plain lists (unpickling it imports nothing, so a worker never loads pyarrow or the tokenizer).
+carry the tokenizer's memory through the run. Bodies reach the workers as one file per worker of
+two pickles of plain lists: the small per-request fields, then the bodies, so the merge after the
+run reads the bodies only when it must (unpickling imports nothing, so a worker never loads
+pyarrow or the tokenizer).
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the worker imports this module for load_plain_bodies: keep it light
+if TYPE_CHECKING:  # the worker imports this module for read_shard_requests: keep it light
     from llmreplay.trace_format import TraceRecord
-    from replayer.request_builder import BuildOptions, BuiltRequest
+    from replayer.request_builder import BuildOptions
     from replayer.schedule import PlannedRequest
 
 
@@ -32,9 +34,14 @@ class Shard:
 
 
 @dataclass(frozen=True, slots=True)
-class ShardBodies:
-    built: list[BuiltRequest]  # by plan index
+class ShardRequests:
+    """What was built for a worker's requests, by plan index; `bodies` only when asked for."""
+
+    paths: list[str]
+    streams: list[bool]
+    requested_tokens: list[int | None]
     models: list[str]
+    bodies: list[bytes] | None
 
 
 def needs_synthesis(shards: Sequence[Shard]) -> bool:
@@ -78,34 +85,24 @@ def write_bodies(
             record = shard.records[plan.record_index]
             built.append(build_request(record, plan, build, speller))
             models.append(build.model or record.model or build.default_model)
-        plain = {
+        fields = {
             "paths": [b.path for b in built],
-            "bodies": [b.body for b in built],
             "streams": [b.stream for b in built],
             "requested_tokens": [b.requested_completion_tokens for b in built],
             "models": models,
         }
-        dump_pickle_atomic(Path(shard.path), plain)
+        dump_pickle_atomic(Path(shard.path), fields, [b.body for b in built])
     return Prepared(time.perf_counter() - started, peak_rss_mb(), speller is None)
 
 
-def load_plain_bodies(path: str | Path) -> dict[str, list]:
-    """The worker's view: paths, bodies, streams, requested_tokens, models by plan index."""
-    with open(path, "rb") as handle:
-        return pickle.load(handle)  # our own file, written moments ago by this run
-
-
-def read_bodies(path: str | Path) -> ShardBodies:
-    from replayer.request_builder import BuiltRequest
-
-    plain = load_plain_bodies(path)
-    built = [
-        BuiltRequest(*fields)
-        for fields in zip(
-            plain["paths"], plain["bodies"], plain["streams"], plain["requested_tokens"], strict=True
-        )
-    ]
-    return ShardBodies(built, plain["models"])
+def read_shard_requests(path: str | Path, with_bodies: bool) -> ShardRequests:
+    """A worker's built requests: the worker needs the bodies, the merge seldom does."""
+    with open(path, "rb") as handle:  # our own file, written moments ago by this run
+        fields = pickle.load(handle)
+        bodies = pickle.load(handle) if with_bodies else None
+    return ShardRequests(
+        fields["paths"], fields["streams"], fields["requested_tokens"], fields["models"], bodies
+    )
 
 
 def _ignore_sigint() -> None:
@@ -120,12 +117,14 @@ def _speller(tokenizer: str | None, block_size: int):
     return BlockSpeller(ExactTextWords(tokenizer), block_size)
 
 
-def dump_pickle_atomic(path: Path, value) -> None:
-    """A hand-off file between the run's processes: complete under its name, or absent."""
+def dump_pickle_atomic(path: Path, *values) -> None:
+    """A hand-off file between the run's processes (one pickle per value, read back in order):
+    complete under its name, or absent."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as handle:
-            pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
+            for value in values:
+                pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -21,9 +21,10 @@ import pyarrow.parquet as pq
 from llmreplay.run_format import RESULT_SCHEMA
 from llmreplay.sse import SSESplitter
 from llmreplay.trace_format import TraceRecord
-from replayer.prepare import Shard, read_bodies
-from replayer.request_builder import BuiltRequest
+from replayer.prepare import Shard, ShardRequests, read_shard_requests
 from replayer.runner import Sent
+
+ROWS_PER_BATCH = 20_000  # dict rows become Arrow this many at a time: dicts cost ~10x the Arrow row
 
 
 def merge_worker_results(
@@ -39,44 +40,44 @@ def merge_worker_results(
         with open(results_path, "rb") as handle:
             handed = pickle.load(handle)  # our own worker's file from this run
         sent = [Sent(shard.plans[i], due, out, shed=out is None) for i, due, out in handed.items]
-        loaded.append((handed.worker, sent, shard, read_bodies(bodies_path)))
+        loaded.append((handed.worker, sent, shard, bodies_path))
     count_tokens = None
-    if any(
-        s.outcome is not None and s.outcome.response_text_bytes is not None
-        for _, sent, _, _ in loaded
-        for s in sent
-    ):
+    if any(_needs_tokenizer(sent) for _, sent, _, _ in loaded):
         from llmreplay.tokenizers import load_tokenizer
 
         count_tokens = load_tokenizer(tokenizer).count
     anchor_unix_ns, anchor_mono_ns = time.time_ns(), time.perf_counter_ns()
-    rows = []
-    for worker, sent, shard, bodies in loaded:
-        rows.extend(
-            result_rows(
-                sent,
+    tables = [pa.Table.from_pylist([], schema=RESULT_SCHEMA)]
+    for worker, sent, shard, bodies_path in loaded:
+        built = read_shard_requests(bodies_path, with_bodies=_needs_tokenizer(sent))
+        for at in range(0, len(sent), ROWS_PER_BATCH):
+            rows = result_rows(
+                sent[at : at + ROWS_PER_BATCH],
                 shard.records,
-                bodies.built,
-                bodies.models,
+                built,
                 worker,
                 start_ns or 0,
                 anchor_unix_ns,
                 anchor_mono_ns,
                 count_tokens,
             )
-        )
-    table = rows_to_table(rows)
+            tables.append(rows_to_table(rows))
+    table = pa.concat_tables(tables)
     order = pc.sort_indices(
         table, sort_keys=[("scheduled_offset_ns", "ascending"), ("request_id", "ascending")]
     )
     return table.take(order)
 
 
+def _needs_tokenizer(sent: Sequence[Sent]) -> bool:
+    """Some answer came without usage: its token counts fall back to the tokenizer (and the body)."""
+    return any(s.outcome is not None and s.outcome.response_text_bytes is not None for s in sent)
+
+
 def result_rows(
     sent: Sequence[Sent],
     records: dict[int, TraceRecord],
-    built: Sequence[BuiltRequest],
-    models: Sequence[str],
+    built: ShardRequests,
     worker: int,
     start_ns: int,
     anchor_unix_ns: int,
@@ -96,7 +97,7 @@ def result_rows(
             "parent_request_id": record.parent_request_id,
             "arrival_time": record.arrival_time_us,
             "endpoint": record.endpoint,
-            "model": models[plan.index],
+            "model": built.models[plan.index],
             "stream": record.stream,
             "tools_count": record.tools_count,
             "tool_choice": record.tool_choice,
@@ -109,12 +110,12 @@ def result_rows(
             "session_wait_ns": max(0, item.due_ns - scheduled_abs),
             "recorded_prompt_tokens": record.prompt_tokens,
             "recorded_completion_tokens": record.completion_tokens,
-            "requested_completion_tokens": built[plan.index].requested_completion_tokens,
+            "requested_completion_tokens": built.requested_tokens[plan.index],
         }
         if item.shed:
             row["error_kind"] = "shed_by_client"
         else:
-            _measured(row, item, built[plan.index], start_ns, anchor_unix_ns, anchor_mono_ns, count_tokens)
+            _measured(row, item, built, start_ns, anchor_unix_ns, anchor_mono_ns, count_tokens)
         rows.append(row)
     return rows
 
@@ -125,7 +126,7 @@ def _session_id(record: TraceRecord, copy_index: int) -> str | None:
     return f"{record.session_id}#c{copy_index}"
 
 
-def _measured(row, item: Sent, built: BuiltRequest, start_ns, anchor_unix_ns, anchor_mono_ns, count_tokens):
+def _measured(row, item: Sent, built: ShardRequests, start_ns, anchor_unix_ns, anchor_mono_ns, count_tokens):
     out = item.outcome
     row.update(
         http_status=out.http_status,
@@ -150,10 +151,11 @@ def _measured(row, item: Sent, built: BuiltRequest, start_ns, anchor_unix_ns, an
             cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, dict) else None,
             token_source="server_usage",
         )
-    elif out.response_text_bytes is not None and count_tokens is not None:
+    elif out.response_text_bytes is not None and count_tokens is not None and built.bodies is not None:
+        index = item.plan.index
         row.update(
-            prompt_tokens=count_tokens(prompt_text(built.body)),
-            completion_tokens=count_tokens(response_text(out.response_text_bytes, built.stream)),
+            prompt_tokens=count_tokens(prompt_text(built.bodies[index])),
+            completion_tokens=count_tokens(response_text(out.response_text_bytes, built.streams[index])),
             token_source="tokenizer",
         )
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from replayer.http_pool import Endpoint, encode_request
-from replayer.prepare import dump_pickle_atomic, load_plain_bodies
+from replayer.prepare import dump_pickle_atomic, read_shard_requests
 from replayer.process_memory import peak_rss_mb
 from replayer.runner import LoopSettings, Runner
 from replayer.schedule import PlannedRequest
@@ -51,18 +51,21 @@ def encode_requests(
     endpoint: Endpoint,
     plans: Sequence[PlannedRequest],
     paths: Sequence[str],
-    bodies: Sequence[bytes],
+    bodies: list[bytes | None],
     base_headers: Sequence[tuple[str, str]],
     session_header: str | None,
     has_session: Sequence[bool],
 ) -> list[bytes]:
-    """Every request's bytes, with X-Request-Id (and the session header), before the clock starts."""
+    """Every request's bytes, with X-Request-Id (and the session header), before the clock starts.
+
+    Each body is dropped from `bodies` once encoded, so the shard's bodies are in memory once, not twice."""
     out = []
     for plan in plans:
         headers = [*base_headers, ("X-Request-Id", plan.request_id)]
         if session_header and has_session[plan.index]:
             headers.append((session_header, plan.session_key))
-        out.append(encode_request(endpoint, "POST", paths[plan.index], headers, bodies[plan.index]))
+        body, bodies[plan.index] = bodies[plan.index], None
+        out.append(encode_request(endpoint, "POST", paths[plan.index], headers, body))
     return out
 
 
@@ -75,18 +78,18 @@ def worker_main(job: WorkerJob, conn, stats) -> None:
         return
     try:
         t0 = time.perf_counter()
-        plain = load_plain_bodies(job.bodies_path)
+        built = read_shard_requests(job.bodies_path, with_bodies=True)
         requests = encode_requests(
             job.settings.endpoint,
             job.plans,
-            plain["paths"],
-            plain["bodies"],
+            built.paths,
+            built.bodies,
             job.headers,
             job.session_header,
             job.has_session,
         )
-        streams = plain["streams"]
-        del plain  # the encoded requests hold the bodies now
+        streams = built.streams
+        del built  # the encoded requests hold the bodies now
         conn.send(("ready", time.perf_counter() - t0))
     except Exception as exc:  # reported to the coordinator, which turns BadInput into exit 2
         conn.send(("error", f"{type(exc).__name__}: {exc}", type(exc).__name__ == "BadInput"))
