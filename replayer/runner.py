@@ -246,7 +246,9 @@ class Runner:
         if outcome.error_kind is not None:
             c.errors += 1
         self.results.append(Sent(plan, due_ns, outcome))
-        self._follow(plan, time.perf_counter_ns())
+        # the turn ended when its last bytes were read, not when this task got to run
+        ended_ns = time.perf_counter_ns() if outcome.e2e_ns is None else outcome.sent_ns + outcome.e2e_ns
+        self._follow(plan, ended_ns)
         if not self._calls and not self._waiting:
             self._idle.set()
 

@@ -181,3 +181,38 @@ def test_stop_drops_the_connection_and_records_the_reason():
     out, conn = asyncio.run(main())
     assert out.error_kind == "cancelled" and len(out.chunk_offsets_ns) == 5
     assert not conn.usable
+
+
+def test_reads_keep_their_own_stamps_and_count_when_stopped_before_they_were_parsed():
+    """Parsing is deferred to after the loop's pass: a read's chunk must carry the read's time, and
+    reads that arrived before a stop (a mirrored cancel) must still count."""
+
+    async def main():
+        async def silent(reader, writer):
+            await reader.read(1)
+            await asyncio.sleep(5)  # the test feeds the response itself
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        pool = ConnectionPool(parse_endpoint(f"http://127.0.0.1:{port}"), 5.0, 0)
+        conn = await pool.open()
+        ex = Exchange(Outcome(0), True, None, ReadClock(asyncio.get_running_loop()))
+        ex.send(pool, conn, encode_request(pool.endpoint, "POST", "/", [], b"{}"))
+        stamps = []
+        for part in (SSE_HEAD, b"%x\r\n%s\r\n" % (len(sse_event("a")), sse_event("a"))):
+            ex.data_received(part)  # as the connection would, one read at a time
+            stamps.append(ex.last_ns)
+            await asyncio.sleep(0.02)  # the loop runs: these two reads are parsed
+        late = b"%x\r\n%s\r\n" % (len(sse_event("b")), sse_event("b"))
+        ex.data_received(late)  # stashed, not parsed yet ...
+        late_ns = ex.last_ns
+        ex.stop("cancelled")  # ... when the replay cancels the request
+        out = await asyncio.wait_for(ex.done, 5)
+        server.close()
+        return out, stamps, late_ns
+
+    out, (head_ns, first_ns), late_ns = asyncio.run(main())
+    assert out.error_kind == "cancelled"
+    assert list(out.chunk_offsets_ns) == [first_ns - out.sent_ns, late_ns - out.sent_ns]
+    assert out.ttfb_ns == head_ns - out.sent_ns and out.ttft_ns == first_ns - out.sent_ns
+    assert late_ns - first_ns >= 15_000_000  # each read kept its own time, 20 ms apart
