@@ -65,6 +65,14 @@ class SseStream:
         events = data.split(b"\n\n")
         self._buffer = events.pop()  # the unterminated tail; b"" when the read ended an event
         for event in events:
+            # the common chunk, inline: one JSON data line that carries text and needs no parsing
+            if event[:7] == b"data: {" and b"\n" not in event:
+                payload = event[6:]
+                if _NEEDS_PARSE.search(payload) is None:
+                    self.events += 1
+                    if _CARRIES_TEXT.search(payload) is not None:
+                        self.chunk_offsets_ns.append(arrival_ns - self.start_ns)
+                    continue
             if event:
                 self._event(event, arrival_ns)
 
