@@ -2,9 +2,11 @@
 
 Builds a synthetic multi-turn content trace (shared system prompts, unique user turns, answers
 repeated as history, some tool definitions), then runs `llmreplay anonymize` in a child process
-pinned to one CPU and reads its own timing (--json) and the child's peak RSS.
+pinned to one CPU and reads its own timing (--json) and the child's peak RSS, sampled from /proc
+as it runs: the peak reached by 10%, 25%, 50%, 75% and 100% of the run shows whether memory is flat.
 
     .venv/bin/python benchmarks/bench_anonymize.py --requests 20000
+    .venv/bin/python benchmarks/bench_anonymize.py --requests 1000000                # 2.9 GB trace, ~10 min to build
     .venv/bin/python benchmarks/bench_anonymize.py --requests 1000000 --no-content   # shape-only 1M rows
 """
 

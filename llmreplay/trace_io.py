@@ -7,10 +7,11 @@ Files appear only when complete: writers use a temporary name and rename at the 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -67,9 +68,9 @@ def read_meta(path: str | os.PathLike) -> TraceMeta:
     return _open(Path(path))[1]
 
 
-def _open(path: Path) -> tuple[pq.ParquetFile, TraceMeta]:
+def _open(path: Path, pre_buffer: bool = True) -> tuple[pq.ParquetFile, TraceMeta]:
     try:
-        handle = pq.ParquetFile(path)
+        handle = pq.ParquetFile(path, pre_buffer=pre_buffer)
     except (pa.ArrowInvalid, OSError) as exc:
         raise BadInput(f"{path}: not a Parquet file ({_first_line(exc)})") from None
     raw = (handle.schema_arrow.metadata or {}).get(METADATA_KEY)
@@ -144,7 +145,7 @@ def _conform(path: Path, table: pa.Table, with_content: bool) -> pa.Table:
         raise BadInput(f"{path}: values do not fit the trace schema ({_first_line(exc)})") from None
 
 
-def _validate_rows(path: Path, table: pa.Table, row_offset: int, seen_ids: dict[str, Path]) -> None:
+def _validate_rows(path: Path, table: pa.Table, row_offset: int, seen_ids: SeenRequestIds) -> None:
     """Row checks that the schema cannot express: nulls, negative values, order, unique ids."""
     for name, _, nullable in SHAPE_COLUMNS:
         column = table.column(name)
@@ -175,13 +176,76 @@ def _validate_rows(path: Path, table: pa.Table, row_offset: int, seen_ids: dict[
             raise BadInput(
                 f"{path}: column 'arrival_time' row {row_offset + row}: rows are not sorted by arrival"
             )
-    for row, request_id in enumerate(table.column("request_id").to_pylist()):
-        if request_id in seen_ids:
-            first = seen_ids[request_id]
+    seen_ids.check(path, table.column("request_id").to_pylist(), row_offset)
+
+
+class SeenRequestIds:
+    """The request ids read so far, to refuse duplicates: 8 bytes a row (a 64-bit hash of each id in
+    sorted numpy runs), where a set of the ids themselves takes about 100 bytes a row.
+
+    A hash match is confirmed by re-reading the ids read before it, so only a real duplicate is
+    reported, with the file and row of its first occurrence. `hash_id` is a parameter for tests.
+    """
+
+    def __init__(self, hash_id: Callable[[str], int] = hash):
+        self._hash_id = hash_id  # Python's str hash: per-process seed, but only used within the run
+        self._runs: list[np.ndarray] = []  # sorted; each at least twice the next, so few runs
+        self._read: list[list] = []  # [file, rows] in reading order, for the exact re-check
+
+    def check(self, path: Path, ids: list[str], row_offset: int) -> None:
+        """Raise BadInput at the first id of `ids` (rows from `row_offset` of `path`) seen before."""
+        if not ids:
+            return
+        hashes = np.fromiter(map(self._hash_id, ids), np.int64, len(ids))
+        order = np.argsort(hashes, kind="stable")
+        batch = hashes[order]
+        suspect = np.zeros(len(ids), bool)
+        suspect[order[1:][batch[1:] == batch[:-1]]] = True  # later rows of a hash repeated in the batch
+        for run in self._runs:
+            found = np.searchsorted(run, hashes)
+            suspect |= run[np.minimum(found, len(run) - 1)] == hashes
+        for row in np.flatnonzero(suspect).tolist():
+            self._confirm(path, ids, row_offset, row)
+        if self._read and self._read[-1][0] == path:
+            self._read[-1][1] += len(ids)
+        else:
+            self._read.append([path, len(ids)])
+        self._add(batch)
+
+    def _add(self, batch: np.ndarray) -> None:
+        runs = self._runs
+        runs.append(batch)
+        while len(runs) > 1 and len(runs[-2]) <= 2 * len(runs[-1]):
+            top = runs.pop()
+            merged = np.concatenate((runs.pop(), top))
+            merged.sort()
+            runs.append(merged)
+
+    def _confirm(self, path: Path, ids: list[str], row_offset: int, row: int) -> None:
+        request_id = ids[row]
+        first = _index_of(ids, request_id, row)
+        where = (path, row_offset + first) if first is not None else self._first_read(request_id)
+        if where is not None:
             raise BadInput(
-                f"{path}: column 'request_id' row {row_offset + row}: duplicate id {request_id!r} (first seen in {first})"
+                f"{path}: column 'request_id' row {row_offset + row}: duplicate id {request_id!r} "
+                f"(first seen in {where[0]} row {where[1]})"
             )
-        seen_ids[request_id] = path
+
+    def _first_read(self, request_id: str) -> tuple[Path, int] | None:
+        """Where `request_id` occurs among the rows read before, re-read from their files."""
+        for file, rows in self._read:
+            column = pq.read_table(file, columns=["request_id"]).column(0).slice(0, rows)
+            index = pc.index(column, request_id).as_py()
+            if index >= 0:
+                return file, index
+        return None
+
+
+def _index_of(values: list, value, stop: int) -> int | None:
+    try:
+        return values.index(value, 0, stop)
+    except ValueError:
+        return None
 
 
 def _first_index(mask) -> int:
@@ -196,7 +260,7 @@ def read_trace(path: str | os.PathLike, columns: Iterable[str] | None = None) ->
     """Read and validate a whole trace, sorted by arrival (stable: ties keep file order)."""
     files = trace_files(path)
     tables, meta = [], None
-    seen_ids: dict[str, Path] = {}
+    seen_ids = SeenRequestIds()
     for file in files:
         handle, file_meta = _open(file)
         meta = _merge_meta(meta, file_meta, file)
@@ -227,9 +291,11 @@ def iter_trace_batches(
         meta = _merge_meta(meta, _open(file)[1], file)
 
     def batches() -> Iterator[pa.RecordBatch]:
-        seen_ids: dict[str, Path] = {}
+        seen_ids = SeenRequestIds()
         for file in files:
-            handle, _ = _open(file)
+            # pre_buffer keeps every compressed column chunk read until the file is closed: the whole
+            # file, for a streaming reader (measured: RSS grew by the file size over the run).
+            handle, _ = _open(file, pre_buffer=False)
             with_content = _has_content(handle.schema_arrow)
             offset = 0
             for batch in handle.iter_batches(batch_size=batch_size):
@@ -274,15 +340,30 @@ def write_trace(path: str | os.PathLike, data: pa.Table | Iterable[TraceRecord],
 
 
 class TraceWriter:
-    """Incremental writer for one trace file; the file appears under its name only on success."""
+    """Incremental writer for one trace file; the file appears under its name only on success.
 
-    def __init__(self, path: str | os.PathLike, meta: TraceMeta, row_group_size: int = 65_536):
+    With `row_group_bytes`, small writes are gathered into row groups of about that many bytes (in
+    memory, uncompressed) and at most `row_group_size` rows: the Parquet writer keeps about 40 KiB of
+    metadata per row group until it closes, so a long stream of small row groups grows its memory.
+    Without it, each write makes its own row groups (the caller batches).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        meta: TraceMeta,
+        row_group_size: int = 65_536,
+        row_group_bytes: int = 0,
+    ):
         self.path = Path(path)
         self.meta = meta
         self.schema = trace_schema(meta.content).with_metadata({METADATA_KEY: meta.to_json()})
         self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         self._writer: pq.ParquetWriter | None = None
         self._row_group_size = row_group_size
+        self._row_group_bytes = row_group_bytes
+        self._pending: list[pa.Table] = []
+        self._pending_rows = self._pending_bytes = 0
         self.rows = 0
 
     def __enter__(self) -> TraceWriter:
@@ -292,16 +373,35 @@ class TraceWriter:
 
     def write_table(self, table: pa.Table) -> None:
         table = table.select(self.schema.names).cast(self.schema)
-        self._writer.write_table(table, row_group_size=self._row_group_size)
         self.rows += table.num_rows
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
+        self._pending_bytes += table.nbytes
+        if self._pending_rows >= self._row_group_size or self._pending_bytes >= self._row_group_bytes:
+            self._flush()
 
     def write_records(self, records: Iterable[TraceRecord]) -> None:
         self.write_table(records_to_table(records, self.meta.content))
 
+    def _flush(self) -> None:
+        if self._pending:
+            table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
+            self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
+            self._writer.write_table(table, row_group_size=self._row_group_size)
+
     def __exit__(self, exc_type, exc, tb) -> None:
-        self._writer.close()
-        if exc_type is not None:
-            self._tmp.unlink(missing_ok=True)
+        complete = exc_type is None
+        try:
+            if complete:
+                self._flush()
+        except BaseException:
+            complete = False  # an incomplete file goes, as on any other failure
+            raise
+        finally:
+            self._writer.close()
+            if not complete:
+                self._tmp.unlink(missing_ok=True)
+        if not complete:
             return
         with open(self._tmp, "rb") as handle:
             os.fsync(handle.fileno())

@@ -12,7 +12,14 @@ from live_processes import llmreplay_cmd
 
 from llmreplay.errors import BadInput
 from llmreplay.trace_format import METADATA_KEY, MessageShape, TraceMeta, TraceRecord, trace_schema
-from llmreplay.trace_io import TraceWriter, iter_trace_batches, read_trace, records_to_table, write_trace
+from llmreplay.trace_io import (
+    SeenRequestIds,
+    TraceWriter,
+    iter_trace_batches,
+    read_trace,
+    records_to_table,
+    write_trace,
+)
 
 T0 = 1_700_000_000_000_000
 
@@ -72,6 +79,42 @@ def test_no_partial_file_on_failure(tmp_path):
     with pytest.raises(RuntimeError), TraceWriter(out, TraceMeta(source="t")) as writer:
         writer.write_records([record(0)])
         raise RuntimeError("stage failed mid-write")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_small_writes_are_gathered_into_row_groups_by_bytes(tmp_path):
+    gathered, separate = tmp_path / "gathered.parquet", tmp_path / "separate.parquet"
+    with TraceWriter(gathered, TraceMeta(source="t"), row_group_bytes=1 << 20) as writer:
+        for i in range(0, 30, 3):
+            writer.write_records([record(i), record(i + 1), record(i + 2)])
+    with TraceWriter(separate, TraceMeta(source="t")) as writer:
+        for i in range(0, 30, 3):
+            writer.write_records([record(i), record(i + 1), record(i + 2)])
+    assert pq.ParquetFile(gathered).metadata.num_row_groups == 1
+    assert pq.ParquetFile(separate).metadata.num_row_groups == 10
+    assert read_trace(gathered).table.equals(read_trace(separate).table)
+
+
+def test_row_groups_close_at_the_byte_bound_and_the_row_bound(tmp_path):
+    path = tmp_path / "bounded.parquet"
+    with TraceWriter(path, TraceMeta(source="t"), row_group_size=4, row_group_bytes=1 << 20) as writer:
+        for i in range(5):
+            writer.write_records([record(2 * i), record(2 * i + 1)])
+    metadata = pq.ParquetFile(path).metadata
+    assert [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)] == [4, 4, 2]
+    with TraceWriter(path, TraceMeta(source="t"), row_group_bytes=1) as writer:  # every write is over
+        for i in range(5):
+            writer.write_records([record(2 * i), record(2 * i + 1)])
+    assert pq.ParquetFile(path).metadata.num_row_groups == 5
+
+
+def test_no_partial_file_when_gathered_rows_fail_at_close(tmp_path):
+    out = tmp_path / "x.parquet"
+    writer = TraceWriter(out, TraceMeta(source="t"), row_group_bytes=1 << 20).__enter__()
+    writer.write_records([record(0)])
+    writer._pending.append(pa.table({"other": [1]}))  # a table the Parquet writer refuses
+    with pytest.raises(ValueError):
+        writer.__exit__(None, None, None)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -145,6 +188,52 @@ def test_duplicate_ids_within_and_across_files(tmp_path):
     write_trace(folder / "a.parquet", [record(0)], TraceMeta(source="t"))
     write_trace(folder / "b.parquet", [record(3, request_id="r0")], TraceMeta(source="t"))
     expect_error(folder, "b.parquet", "duplicate id 'r0'", "a.parquet")
+
+
+def test_a_duplicate_across_files_names_both_files_and_rows(tmp_path):
+    folder = tmp_path / "dir"
+    write_trace(folder / "a.parquet", [record(0), record(1), record(2)], TraceMeta(source="t"))
+    write_trace(folder / "b.parquet", [record(3), record(4, request_id="r1")], TraceMeta(source="t"))
+    expect_error(folder, "b.parquet: column 'request_id' row 1", "duplicate id 'r1'", "a.parquet row 1")
+    _, batches = iter_trace_batches(folder, batch_size=1)  # streamed: r1 was read two files back
+    with pytest.raises(BadInput, match=r"b\.parquet: column 'request_id' row 1: .*a\.parquet row 1"):
+        list(batches)
+
+
+def test_a_duplicate_in_an_earlier_batch_of_the_same_file_is_found(tmp_path):
+    path = tmp_path / "d.parquet"
+    write_trace(path, [record(0), record(1), record(2), record(3, request_id="r1")], TraceMeta(source="t"))
+    _, batches = iter_trace_batches(path, batch_size=2)
+    with pytest.raises(BadInput, match=r"row 3: duplicate id 'r1' \(first seen in .*d\.parquet row 1\)"):
+        list(batches)
+
+
+def test_hash_collisions_are_never_reported_as_duplicates(tmp_path):
+    """With a hash that collides on every id of the same length, only real duplicates are refused."""
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    write_trace(a, [record(0, request_id="x1"), record(1, request_id="y1")], TraceMeta(source="t"))
+    write_trace(b, [record(2, request_id="z1"), record(3, request_id="y1")], TraceMeta(source="t"))
+    seen = SeenRequestIds(hash_id=len)
+    seen.check(a, ["x1", "y1"], 0)  # colliding within one batch
+    seen.check(b, ["z1"], 0)  # colliding with earlier batches
+    with pytest.raises(BadInput, match=r"row 1: duplicate id 'y1' \(first seen in .*a\.parquet row 1\)"):
+        seen.check(b, ["y1"], 1)
+    seen = SeenRequestIds(hash_id=len)
+    with pytest.raises(BadInput, match=r"row 2: duplicate id 'x1' \(first seen in .*a\.parquet row 0\)"):
+        seen.check(a, ["x1", "y1", "x1"], 0)
+
+
+def test_many_distinct_ids_pass_and_a_late_duplicate_is_caught(tmp_path):
+    records = [record(i) for i in range(3000)]
+    write_trace(tmp_path / "distinct.parquet", records, TraceMeta(source="t"))
+    _, batches = iter_trace_batches(tmp_path / "distinct.parquet", batch_size=256)
+    assert sum(batch.num_rows for batch in batches) == 3000
+    write_trace(
+        tmp_path / "late.parquet", [*records, record(3000, request_id="r1234")], TraceMeta(source="t")
+    )
+    _, batches = iter_trace_batches(tmp_path / "late.parquet", batch_size=256)
+    with pytest.raises(BadInput, match=r"row 3000: duplicate id 'r1234' \(first seen in .* row 1234\)"):
+        list(batches)
 
 
 def test_null_in_required_column(tmp_path):
