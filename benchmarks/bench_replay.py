@@ -9,7 +9,8 @@ mean inter-token gap). From a process-tree sampler: client CPU-s per 1,000 reque
 window and peak RSS (all client processes summed). `--quick` runs 10 s per shape; `--sweep`
 finds the highest rate of a shape (`--sweep-shape`, default short) at which llmreplay keeps lag
 p99 <= 5 ms and TTFT err p99 <= 2 ms. `--pin` puts the sim on its own CPU; `--rt` runs sim and
-client SCHED_FIFO, so other jobs on a shared machine do not decide the figures.
+client SCHED_FIFO, so other jobs on a shared machine do not decide the figures. `--memory N,M`
+reports the replay processes' peak RSS for traces of N and M requests (memory per 1,000 requests).
 
 AIPerf lives in its own virtual environment (default /tmp/aiperf-venv, created on first use with
 `pip install aiperf`); it gets a small local tokenizer through an HF cache directory, since this
@@ -17,6 +18,7 @@ machine has no Hub access. If it cannot be installed or run, the script says so 
 
     .venv/bin/python benchmarks/bench_replay.py [--quick] [--shapes light,long,short] [--workers N]
         [--no-aiperf] [--sweep 204,300,400 [--sweep-shape long]] [--repeat N] [--pin] [--rt]
+        [--memory 2000,30000]
 """
 
 from __future__ import annotations
