@@ -73,11 +73,11 @@ class SSESplitter:
 
 def _whole_single_line_events(chunk: bytes) -> list[bytes] | None:
     """The common read: whole `data: ...` events, one line each, `\n` endings. None: take the general path."""
-    if b"\r" in chunk:
+    if chunk.find(b"\r") >= 0:  # not `in`: bytes.__contains__ first raises and clears a TypeError
         return None
     events = []
     for block in chunk[:-2].split(b"\n\n"):
-        if not block.startswith(b"data: ") or b"\n" in block:
+        if not block.startswith(b"data: ") or block.find(b"\n") >= 0:
             return None
         events.append(block[6:])
     return events

@@ -60,13 +60,13 @@ class SseStream:
     def feed(self, data: bytes, arrival_ns: int) -> None:
         if self._buffer:
             data = self._buffer + data
-        if b"\r" in data:
+        if data.find(b"\r") >= 0:  # not `in`: bytes.__contains__ first raises and clears a TypeError
             data = _normalise_newlines(data)
         events = data.split(b"\n\n")
         self._buffer = events.pop()  # the unterminated tail; b"" when the read ended an event
         for event in events:
             # the common chunk, inline: one JSON data line that carries text and needs no parsing
-            if event[:7] == b"data: {" and b"\n" not in event:
+            if event[:7] == b"data: {" and event.find(b"\n") < 0:
                 payload = event[6:]
                 if _NEEDS_PARSE.search(payload) is None:
                     self.events += 1
@@ -85,14 +85,14 @@ class SseStream:
 
     def _event(self, event: bytes, arrival_ns: int | None) -> None:
         self.events += 1
-        if event[:7] == b"data: {" and b"\n" not in event:  # the common chunk: one JSON data line
+        if event[:7] == b"data: {" and event.find(b"\n") < 0:  # the common chunk: one JSON data line
             payload = event[6:]
             if _NEEDS_PARSE.search(payload) is not None:
                 self._parsed(payload, arrival_ns)
             elif arrival_ns is not None and _CARRIES_TEXT.search(payload) is not None:
                 self.chunk_offsets_ns.append(arrival_ns - self.start_ns)
             return
-        if event.startswith(b"data:") and b"\n" not in event:
+        if event.startswith(b"data:") and event.find(b"\n") < 0:
             payload = event[6:] if event[5:6] == b" " else event[5:]
             name = b""
         else:
