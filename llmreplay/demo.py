@@ -7,7 +7,6 @@ command is not installed is skipped and said so; the demo then starts from the b
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -17,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
+
+from llmreplay.processes import stop_process
 
 SAMPLE_TRACE = Path(__file__).resolve().parent.parent / "samples" / "content_multiturn.parquet"
 SAMPLE_WINDOW_S = 90  # trace seconds of the sample to replay, so the demo stays within minutes
@@ -46,13 +47,7 @@ class Processes:
         return proc
 
     def stop(self, proc: subprocess.Popen, grace_s: float = 15.0) -> None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+        stop_process(proc, grace_s)
 
     def stop_all(self) -> None:
         for _, proc in reversed(self.procs):

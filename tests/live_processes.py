@@ -6,13 +6,14 @@ A module with its own name (not conftest) so test files can import it: several a
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from llmreplay.processes import stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
@@ -41,16 +42,6 @@ def wait_http_ok(url: str, timeout_s: float = 20.0, proc: subprocess.Popen | Non
         except OSError:
             time.sleep(0.05)
     raise TimeoutError(f"{url} did not answer 200 within {timeout_s}s")
-
-
-def stop_process(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
 
 
 class ProcessPool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import socket
 import subprocess
 import sys
@@ -12,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from llmreplay.processes import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,14 +26,7 @@ class RunningSim:
 
     def stop(self) -> int:
         """SIGTERM and wait; returns the exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-        return self.proc.returncode
+        return stop_process(self.proc, 15)
 
 
 def _free_port() -> int:
