@@ -40,16 +40,16 @@ def merge_worker_results(
         with open(results_path, "rb") as handle:
             handed = pickle.load(handle)  # our own worker's file from this run
         sent = [Sent(shard.plans[i], due, out, shed=out is None) for i, due, out in handed.items]
-        loaded.append((handed.worker, sent, shard, bodies_path))
+        loaded.append((handed.worker, sent, shard, bodies_path, _needs_tokenizer(sent)))
     count_tokens = None
-    if any(_needs_tokenizer(sent) for _, sent, _, _ in loaded):
+    if any(needs for *_, needs in loaded):
         from llmreplay.tokenizers import load_tokenizer
 
         count_tokens = load_tokenizer(tokenizer).count
     anchor_unix_ns, anchor_mono_ns = time.time_ns(), time.perf_counter_ns()
     tables = [pa.Table.from_pylist([], schema=RESULT_SCHEMA)]
-    for worker, sent, shard, bodies_path in loaded:
-        built = read_shard_requests(bodies_path, with_bodies=_needs_tokenizer(sent))
+    for worker, sent, shard, bodies_path, needs in loaded:
+        built = read_shard_requests(bodies_path, with_bodies=needs)
         for at in range(0, len(sent), ROWS_PER_BATCH):
             rows = result_rows(
                 sent[at : at + ROWS_PER_BATCH],

@@ -65,15 +65,15 @@ class SseStream:
         events = data.split(b"\n\n")
         self._buffer = events.pop()  # the unterminated tail; b"" when the read ended an event
         for event in events:
-            # the common chunk, inline: one JSON data line that carries text and needs no parsing
+            # the common chunk, inline (a call per chunk costs): one JSON data line; _event's first case
             if event[:7] == b"data: {" and event.find(b"\n") < 0:
+                self.events += 1
                 payload = event[6:]
-                if _NEEDS_PARSE.search(payload) is None:
-                    self.events += 1
-                    if _CARRIES_TEXT.search(payload) is not None:
-                        self.chunk_offsets_ns.append(arrival_ns - self.start_ns)
-                    continue
-            if event:
+                if _NEEDS_PARSE.search(payload) is not None:
+                    self._parsed(payload, arrival_ns)
+                elif _CARRIES_TEXT.search(payload) is not None:
+                    self.chunk_offsets_ns.append(arrival_ns - self.start_ns)
+            elif event:
                 self._event(event, arrival_ns)
 
     def finish(self) -> None:
