@@ -35,30 +35,34 @@ class ReadClock:
 
     Every read in one pass of the event loop over ready sockets gets the time of the pass's first
     read: the bytes were all waiting when the pass began, so the order in which we process them
-    must not show up as latency. Their parsing is deferred (`defer`) to after the pass and done in
-    slices of PARSE_SLICE_NS, so the loop polls again soon and the next reads are stamped fresh.
-    And when a burst holds the loop past a request's due time, the read that notices calls
-    `on_due`, so dispatch is late by one read's work, not by the whole burst.
+    must not show up as latency. Their parsing is deferred to after the pass and done in slices of
+    PARSE_SLICE_NS, so the loop polls again soon and the next reads are stamped fresh. And when a
+    burst holds the loop past a request's due time, the read that notices calls `on_due`, so
+    dispatch is late by one read's work, not by the whole burst. The per-read half of this lives
+    in `Exchange.data_received`, inline: a call per read costs.
     """
 
-    __slots__ = ("next_due_ns", "on_due", "_batch_ns", "_loop", "_backlog", "_after_pass_due")
+    __slots__ = ("next_due_ns", "on_due", "batch_ns", "backlog", "_loop", "_after_pass_due")
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.next_due_ns = NEVER_NS  # the dispatcher's next deadline (perf_counter_ns)
         self.on_due = None  # called with no argument once a read sees that deadline pass
-        self._batch_ns = 0
+        self.batch_ns = 0  # the stamp of this pass's reads; 0 between passes
+        self.backlog: deque[Exchange] = deque()  # exchanges with stashed, unparsed reads
         self._loop = loop
-        self._backlog: deque[Exchange] = deque()  # exchanges with stashed, unparsed reads
         self._after_pass_due = False
 
-    def defer(self, exchange: Exchange) -> None:
-        """Parse this exchange's stashed reads after the current pass (call `read_ns` first)."""
-        self._backlog.append(exchange)
+    def begin_pass(self, now_ns: int) -> None:
+        """The pass's first read: its time stamps the pass; parsing is queued behind the pass."""
+        self.batch_ns = now_ns
+        if not self._after_pass_due:
+            self._after_pass_due = True
+            self._loop.call_soon(self._after_pass)  # runs after this pass's I/O callbacks
 
     def _after_pass(self) -> None:
         """End the pass's timestamp batch; parse stashed reads for one slice, the rest after a poll."""
-        self._batch_ns = 0
-        backlog = self._backlog
+        self.batch_ns = 0
+        backlog = self.backlog
         clock = time.perf_counter_ns
         deadline = clock() + PARSE_SLICE_NS
         while backlog:
@@ -67,18 +71,6 @@ class ReadClock:
                 self._loop.call_soon(self._after_pass)  # after the loop's next poll
                 return
         self._after_pass_due = False
-
-    def read_ns(self) -> int:
-        now = time.perf_counter_ns()
-        if now >= self.next_due_ns:
-            self.on_due()
-        batch = self._batch_ns
-        if batch == 0:
-            batch = self._batch_ns = now
-            if not self._after_pass_due:
-                self._after_pass_due = True
-                self._loop.call_soon(self._after_pass)  # runs after this pass's I/O callbacks
-        return batch
 
 
 class Outcome:
@@ -205,10 +197,13 @@ class Exchange:
         self._read_ns = 0  # timestamp of the read being parsed
 
     def send(self, pool: ConnectionPool, conn: Connection, request: bytes) -> None:
-        """Write the request: the moment of the write is the send time (dispatch lag is measured to it)."""
+        """Write the request: the moment of the write is the send time (dispatch lag is measured to it).
+
+        The exchange is the transport's protocol until the end: reads come straight here, not
+        through the connection (a call per read costs)."""
         self._pool, self._conn = pool, conn
         self._parser = httptools.HttpResponseParser(self)
-        conn.receiver = self
+        conn.transport.set_protocol(self)
         outcome = self.outcome
         outcome.sent_ns = self.last_ns = self._read_ns = time.perf_counter_ns()
         outcome.on_wire = True
@@ -223,16 +218,32 @@ class Exchange:
         self.outcome.fail(reason, detail)
         self._end(False, time.perf_counter_ns())
 
-    # -- connection callbacks -------------------------------------------------------------------
+    # -- protocol callbacks (the transport's, while the request is open) ----------------------------
     def data_received(self, data: bytes) -> None:
-        self.last_ns = now = self._clock.read_ns()
+        """Stamp the read (ReadClock's rules) and stash it for parsing after the loop's pass."""
+        clock = self._clock
+        now = time.perf_counter_ns()
+        if now >= clock.next_due_ns:
+            clock.on_due()
+        if clock.batch_ns == 0:
+            clock.begin_pass(now)
+        self.last_ns = now = clock.batch_ns
         pending = self._pending
         if pending is None:
             self._pending = [now, data]
-            self._clock.defer(self)
+            clock.backlog.append(self)
         else:
             pending.append(now)
             pending.append(data)
+
+    def eof_received(self) -> bool:
+        return False  # close our side too; connection_lost follows
+
+    def pause_writing(self) -> None:  # a request is one write; the transport buffers the rest
+        pass
+
+    def resume_writing(self) -> None:
+        pass
 
     def parse_pending(self) -> None:
         """Parse the stashed reads in order, each with its own timestamp."""
@@ -254,6 +265,8 @@ class Exchange:
                     self._end(False, self._read_ns)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._conn is not None:
+            self._conn.usable = False
         self.parse_pending()  # the reads before the loss come first
         if self._state == _DONE:
             return
@@ -321,7 +334,7 @@ class Exchange:
             outcome.e2e_ns = end_ns - outcome.sent_ns
         conn, self._conn = self._conn, None
         if conn is not None:
-            conn.receiver = None
+            conn.transport.set_protocol(conn)
             if keep_alive and outcome.stop_reason is None:
                 self._pool.release(conn)
             else:

@@ -1,7 +1,8 @@
 """Keep-alive HTTP/1.1 connections to the one target of a run, as plain asyncio protocols.
 
-A request is one pre-encoded `transport.write`; received bytes go straight to the connection's
-receiver (replayer.client parses them). No per-request objects beyond the receiver, no timers.
+A request is one pre-encoded `transport.write`; while it is open, its replayer.client.Exchange is
+the transport's protocol, so received bytes go straight to it. No per-request objects beyond the
+exchange, no timers.
 """
 
 from __future__ import annotations
@@ -60,11 +61,11 @@ def encode_request(
 
 
 class Connection(asyncio.Protocol):
-    """One TCP (or TLS) connection; hands every read to `receiver` while a request is open."""
+    """One TCP (or TLS) connection; the transport's protocol while the connection is idle (an
+    open request's Exchange takes over with `transport.set_protocol` and hands it back)."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.receiver = None  # has data_received(bytes) and connection_lost(exc)
         self.usable = False
 
     def connection_made(self, transport) -> None:
@@ -72,20 +73,13 @@ class Connection(asyncio.Protocol):
         self.usable = True
 
     def data_received(self, data: bytes) -> None:
-        receiver = self.receiver
-        if receiver is not None:
-            receiver.data_received(data)
-        else:  # bytes nobody asked for: the connection is in an unknown state
-            self.close()
+        self.close()  # bytes while idle, which nobody asked for: the connection is in an unknown state
 
     def eof_received(self) -> bool:
         return False  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.usable = False
-        receiver, self.receiver = self.receiver, None
-        if receiver is not None:
-            receiver.connection_lost(exc)
 
     def close(self) -> None:
         self.usable = False

@@ -89,3 +89,52 @@ def test_non_json_data_is_invalid_and_missing_done_is_visible():
 def test_completions_text_and_spaced_json_are_content():
     sse = feed_all([b'data: {"choices": [{"index": 0, "text": "hi", "finish_reason": null}]}\n\n'])
     assert sse.content_chunks == 1
+
+
+def sglang_chunk(content, finish=None) -> bytes:
+    """SGLang's shape: nulls for every field it does not use, in every chunk."""
+    delta = {"role": None, "content": content, "reasoning_content": None, "tool_calls": None}
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, "matched_stop": None}
+    obj = {"id": "s", "object": "chat.completion.chunk", "choices": [choice], "usage": None}
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+# Text chunks in one framing, and the cases that must not pass as one plain chunk of it: a quote or
+# a trailing backslash in the text, two chunks in one read, text with a finish reason.
+FRAMED = [
+    chunk(role="assistant", content=""),
+    chunk(content="a"),
+    chunk(content="b c"),
+    chunk(content='say "hi"'),
+    chunk(content="back\\"),
+    chunk(content="x") + chunk(content="y"),
+    chunk(content="z", finish="length"),
+    chunk(usage={"prompt_tokens": 5, "completion_tokens": 7}),
+    b"data: [DONE]\n\n",
+]
+
+
+def test_learned_framing_counts_every_text_chunk_and_parses_the_rest():
+    sse = feed_all(FRAMED)
+    assert list(sse.chunk_offsets_ns) == [2000, 3000, 4000, 5000, 6000, 6000, 7000]
+    assert sse.finish_reason == "length" and sse.usage["completion_tokens"] == 7 and sse.done
+    assert sse.invalid is None and sse.error is None and sse.events == 10
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=len(b"".join(FRAMED))), max_size=12))
+def test_learned_framing_survives_any_split(cuts):
+    data = b"".join(FRAMED)
+    points = sorted(set(cuts))
+    parts = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True) if b > a]
+    sse = feed_all(parts)
+    assert sse.content_chunks == 7 and sse.finish_reason == "length" and sse.usage is not None and sse.done
+
+
+def test_null_fields_are_not_parsed_and_do_not_count_as_calls():
+    from replayer.sse import _NEEDS_PARSE
+
+    assert _NEEDS_PARSE.search(sglang_chunk("a")) is None
+    sse = feed_all([sglang_chunk(""), sglang_chunk("a"), sglang_chunk("b"), sglang_chunk("", finish="stop")])
+    assert sse.content_chunks == 2 and not sse.tool_call_ids and sse.finish_reason == "stop"
+    assert sse.usage is None
