@@ -41,6 +41,7 @@ def _check_log_path(log_path: str | None) -> None:
 async def _serve(config: SimConfig) -> None:
     from aiohttp import web
 
+    from llmreplay.sim.read_stamps import stamp_reads
     from llmreplay.sim.server import SimServer
     from llmreplay.tokenizers import load_tokenizer
 
@@ -56,6 +57,7 @@ async def _serve(config: SimConfig) -> None:
         shutdown_timeout=SHUTDOWN_GRACE_S,
     )  # fmt: skip
     await runner.setup()
+    stamp_reads(runner)  # arrivals stamped at the read, not when the handler ran
     site = web.TCPSite(runner, config.host, config.port, backlog=4096, reuse_address=True)
     try:
         await site.start()

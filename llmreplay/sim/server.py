@@ -26,6 +26,7 @@ from llmreplay.sim.openai_request import CompletionRequest, InvalidRequest, pars
 from llmreplay.sim.output_length import plan_output
 from llmreplay.sim.prometheus import ServerCounters, render_metrics
 from llmreplay.sim.prompt_shape import PromptShape, prompt_shape
+from llmreplay.sim.read_stamps import ARRIVAL_KEY, claim_arrival, drop_body_stamps
 from llmreplay.sim.sinks import BodySink, StreamSink
 from llmreplay.sim.stepper import EngineStepper, StepRecord
 from llmreplay.sim.wire import ChatEncoder, CompletionEncoder, error_object, usage
@@ -93,7 +94,7 @@ class SimServer:
         self._flusher: asyncio.Task | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[claim_arrival])
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_get("/v1/models", self._list_models)
@@ -163,10 +164,11 @@ class SimServer:
         return await self._exchange(request, "completions")
 
     async def _exchange(self, request: web.Request, endpoint: str) -> web.StreamResponse:
+        arrival_mono_ns = request[ARRIVAL_KEY]
         exchange = Exchange(
             request.headers.get("X-Request-Id") or f"sim-{next(self._ids)}",
-            time.time_ns(),
-            time.perf_counter_ns(),
+            time.time_ns() - (time.perf_counter_ns() - arrival_mono_ns),
+            arrival_mono_ns,
             endpoint,
         )
         try:
@@ -184,7 +186,9 @@ class SimServer:
             self._log(exchange)
 
     async def _serve(self, request: web.Request, exchange: Exchange) -> web.StreamResponse:
-        parsed = parse_body(await request.read(), exchange.endpoint)
+        body = await request.read()
+        drop_body_stamps(request)
+        parsed = parse_body(body, exchange.endpoint)
         model = self._check_model(parsed, exchange)
         rng = random.Random(f"{self.config.seed}/{exchange.request_id}")  # per request: order-independent
         target_tokens, finish_reason = plan_output(parsed, self.config, rng)

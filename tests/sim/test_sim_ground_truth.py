@@ -125,3 +125,48 @@ def test_sigterm_with_requests_in_flight_still_publishes_the_log(module_sim):
     rows = pq.read_table(sim.log_path).to_pylist()
     assert [(r["request_id"], r["outcome"]) for r in rows] == [("endless", "shutdown")]
     assert rows[0]["completion_tokens"] >= 2  # the first 3 chunks were the opening and 2 tokens
+
+
+def test_arrival_is_the_read_of_the_first_bytes_and_never_an_earlier_requests(module_sim):
+    """A request whose head arrives in two parts 300 ms apart arrived with the first part (that is
+    when the client sent it); a GET on the same connection before a POST lends the POST no stamp."""
+    import json
+    import socket
+    from urllib.parse import urlsplit
+
+    sim = module_sim("--output-len-median-tokens", "2")
+    address = urlsplit(sim.url)
+    body = json.dumps({"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+
+    def post(request_id: str) -> bytes:
+        return (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: {request_id}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}"
+        ).encode()
+
+    def read_answer(sock: socket.socket) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(65536)
+        head, rest = data.split(b"\r\n\r\n", 1)
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        while len(rest) < length:
+            rest += sock.recv(65536)
+
+    with socket.create_connection((address.hostname, address.port), timeout=10) as sock:
+        split = post("split")
+        first_ns = time.perf_counter_ns()
+        sock.sendall(split[:30])
+        time.sleep(0.3)
+        sock.sendall(split[30:])
+        read_answer(sock)
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        read_answer(sock)
+        time.sleep(0.3)
+        after_get_ns = time.perf_counter_ns()
+        sock.sendall(post("after-get"))
+        read_answer(sock)
+    assert sim.stop() == 0
+    rows = {row["request_id"]: row for row in pq.read_table(sim.log_path).to_pylist()}
+    assert first_ns <= rows["split"]["arrival_mono_ns"] <= first_ns + 100_000_000  # not 300 ms later
+    assert after_get_ns <= rows["after-get"]["arrival_mono_ns"] <= after_get_ns + 100_000_000
