@@ -21,7 +21,9 @@ ENDPOINT_PATHS = {
     "embeddings": "/v1/embeddings",
 }
 # Fields that make an engine produce exactly max_tokens tokens (no early EOS). trtllm-serve's
-# OpenAI protocol accepts the same two extra fields as vLLM and SGLang.
+# OpenAI protocol (tensorrt_llm/serve/openai_protocol.py, read 2026-11) declares `ignore_eos` and
+# `min_tokens` on both ChatCompletionRequest and CompletionRequest, like vLLM and SGLang; its models
+# forbid unknown fields, so nothing else engine-specific may be added for it.
 FORCE_LENGTH_FIELDS = {"vllm", "sglang", "trtllm"}
 CANCEL_HEADROOM_TOKENS = 16
 
