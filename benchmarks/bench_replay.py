@@ -10,7 +10,8 @@ window and peak RSS (all client processes summed). `--quick` runs 10 s per shape
 finds the highest rate of a shape (`--sweep-shape`, default short) at which llmreplay keeps lag
 p99 <= 5 ms and TTFT err p99 <= 2 ms. `--pin` puts the sim on its own CPU; `--rt` runs sim and
 client SCHED_FIFO, so other jobs on a shared machine do not decide the figures. `--memory N,M`
-reports the replay processes' peak RSS for traces of N and M requests (memory per 1,000 requests).
+reports the replay processes' peak RSS for traces of N and M requests (memory per 1,000 requests);
+2 s of each is sent, or all of it at `--memory-send-speed S` (the results then count too).
 
 AIPerf lives in its own virtual environment (default /tmp/aiperf-venv, created on first use with
 `pip install aiperf`); it gets a small local tokenizer through an HF cache directory, since this
@@ -18,7 +19,7 @@ machine has no Hub access. If it cannot be installed or run, the script says so 
 
     .venv/bin/python benchmarks/bench_replay.py [--quick] [--shapes light,long,short] [--workers N]
         [--no-aiperf] [--sweep 204,300,400 [--sweep-shape long]] [--repeat N] [--pin] [--rt]
-        [--memory 2000,30000]
+        [--memory 2000,30000 [--memory-send-speed 1]]
 """
 
 from __future__ import annotations
@@ -515,11 +516,11 @@ def sweep(rates: list[float], duration_s: float, workers: int, work: Path, shape
           f"{TTFT_ERR_BOUND_MS} ms: {best if best is not None else 'none of ' + str(rates)}")  # fmt: skip
 
 
-def memory_scaling(sizes: list[int], work: Path) -> None:
-    """Peak RSS of the replay's processes against the trace's size: the builder, the coordinator and
-    the worker hold every planned request's body before the clock starts, so this is the memory a
-    trace of that many requests needs. Long-stream shape (~500-token prompts); `--duration 2` keeps
-    each run short, since the bodies are built and loaded for the whole trace either way."""
+def memory_scaling(sizes: list[int], work: Path, send_speed: float | None = None) -> None:
+    """Peak RSS of the replay's processes against the trace's size. Long-stream shape (~500-token
+    prompts). By default `--duration 2` keeps each run short: planning, building and loading cover
+    the whole trace either way. With `send_speed`, the whole trace is sent at that `--speed`, so
+    the results the worker spools and the coordinator merges are measured too."""
     base = SHAPES["long"]
     rows = []
     for size in sizes:
@@ -532,8 +533,9 @@ def memory_scaling(sizes: list[int], work: Path) -> None:
         try:
             cmd = [
                 sys.executable, "-m", "llmreplay.cli", "replay", str(trace), "--target", url, "-o",
-                str(run_dir), "--engine", "vllm", "--json", "--duration", "2", "--grace", "10",
+                str(run_dir), "--engine", "vllm", "--json", "--grace", "10",
             ]  # fmt: skip
+            cmd += ["--speed", str(send_speed)] if send_speed else ["--duration", "2"]
             code, sampler = run_sampled(cmd, None, 3600, work / f"memory-{size}.log")
             if code not in (0, 1):
                 raise RuntimeError(f"replay failed: {(work / f'memory-{size}.log').read_text()[-3000:]}")
@@ -544,8 +546,8 @@ def memory_scaling(sizes: list[int], work: Path) -> None:
         builder = (run.get("builder") or {}).get("peak_rss_mb") or 0.0
         coordinator = run.get("coordinator_max_rss_mb") or 0.0
         rows.append((count, builder, coordinator, worker))
-        print(f"# memory {count} requests: peak RSS builder {builder:.0f} MB, coordinator "
-              f"{coordinator:.0f} MB, worker {worker:.0f} MB", flush=True)  # fmt: skip
+        print(f"# memory {count} requests ({run['counts']['sent']} sent): peak RSS builder {builder:.0f} MB, "
+              f"coordinator {coordinator:.0f} MB, worker {worker:.0f} MB", flush=True)  # fmt: skip
     if len(rows) > 1:
         (n0, *r0), (n1, *r1) = rows[0], rows[-1]
         per_k = [(b - a) / (n1 - n0) * 1000 for a, b in zip(r0, r1, strict=True)]
@@ -567,6 +569,11 @@ def main() -> None:
     parser.add_argument("--sweep-shape", default="short", choices=sorted(SHAPES))
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--memory", help="comma-separated trace sizes (requests): peak RSS against size")
+    parser.add_argument(
+        "--memory-send-speed",
+        type=float,
+        help="with --memory: send the whole trace at this --speed (measures results too), not 2 s of it",
+    )
     parser.add_argument(
         "--pin", action="store_true", help="sim on the last CPU, the client (either tool) on the others"
     )
@@ -610,7 +617,7 @@ def main() -> None:
     if aiperf_note:
         print(f"# {aiperf_note}")
     if args.memory:
-        memory_scaling([int(n) for n in args.memory.split(",")], work)
+        memory_scaling([int(n) for n in args.memory.split(",")], work, args.memory_send_speed)
     if args.sweep:
         rates = [float(r) for r in args.sweep.split(",")]
         sweep(rates, args.duration_s or 10.0, args.workers, work, args.sweep_shape)

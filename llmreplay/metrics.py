@@ -73,12 +73,19 @@ def percentiles(values: np.ndarray, qs=PERCENTILES) -> dict[str, float | None]:
     return {f"p{q}": float(v) for q, v in zip(qs, points, strict=True)}
 
 
-def latency_summary_ms(table: pa.Table, qs=PERCENTILES) -> dict[str, dict[str, float | None]]:
-    """Percentiles of each latency metric in milliseconds, plus the sample count."""
+def latency_summary_ms(
+    table: pa.Table, qs=PERCENTILES, itl_ms: dict | None = None
+) -> dict[str, dict[str, float | None]]:
+    """Percentiles of each latency metric in milliseconds, plus the sample count.
+
+    `itl_ms`: the ITL entry computed elsewhere (a replay run streams it from its file rather than
+    holding every gap); `table` then needs no `chunk_offsets_ns`."""
     per_request = per_request_latencies_ns(table)
-    per_request["itl"] = itl_values_ns(table)
     summary = {}
     for name in LATENCY_METRICS:
-        values = per_request[name] / 1e6
+        if name == "itl" and itl_ms is not None:
+            summary[name] = itl_ms
+            continue
+        values = (itl_values_ns(table) if name == "itl" else per_request[name]) / 1e6
         summary[name] = {"count": int(np.isfinite(values).sum()), **percentiles(values, qs)}
     return summary

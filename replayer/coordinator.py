@@ -15,23 +15,27 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from llmreplay import __version__
 from llmreplay.errors import BadInput
 from llmreplay.run_format import RESULTS_FILE, RUN_FILE, RUN_FORMAT_VERSION, SERVER_METRICS_FILE
-from llmreplay.trace_io import read_trace
 from replayer.config import ReplayConfig
 from replayer.http_pool import parse_endpoint
-from replayer.prepare import Prepared, Shard, prepare_bodies
+from replayer.plan_arrays import int64_array
+from replayer.prepare import BuildJob, Prepared, Shard, prepare_bodies
 from replayer.process_memory import peak_rss_mb
-from replayer.request_builder import BuildOptions, supported
-from replayer.results import merge_worker_results, write_json_atomic, write_parquet_atomic
+from replayer.request_builder import ENDPOINT_PATHS, BuildOptions
+from replayer.result_spool import partial_path
+from replayer.results import WorkerPart, merge_worker_results, write_json_atomic
 from replayer.runner import USER_AGENT, LoopSettings
-from replayer.schedule import build_schedule
-from replayer.sessions import link_sessions, shard_by_session
-from replayer.summary import summarize
+from replayer.schedule import build_schedule, schedule_input
+from replayer.sessions import link_sessions, session_codes, shard_by_session
+from replayer.summary import summarize_file
 from replayer.target import normalise_base_url, probe_target
+from replayer.trace_rows import TraceRows, read_trace_rows
 from replayer.worker import STAT_SLOTS, WorkerJob, worker_main
 
 PARTS_DIR = ".parts"
@@ -46,25 +50,23 @@ class RunOutcome:
 
 
 def _check_models_served(
-    records, plans, served: tuple[str, ...], override: str | None, base_url: str
+    trace: TraceRows, planned: np.ndarray, served: tuple[str, ...], override: str | None, base_url: str
 ) -> None:
     """Refuse before the clock starts when the target does not serve the trace's models.
 
     Staging often names the model differently from production; replaying anyway would only
-    measure 404s.
+    measure 404s. `planned`: the trace row of every planned request.
     """
     if override is not None or not served:
         return
-    asked: dict[str, int] = {}
-    for plan in plans:
-        model = records[plan.record_index].model
-        if model is not None and model not in served:
-            asked[model] = asked.get(model, 0) + 1
+    models = trace.table.column("model").take(pa.array(planned))
+    unserved = pc.drop_null(models.filter(pc.invert(pc.is_in(models, pa.array(served)))))
+    asked = pc.value_counts(unserved).to_pylist()
     if asked:
-        model, count = max(asked.items(), key=lambda item: item[1])
+        top = max(asked, key=lambda item: item["counts"])
         raise BadInput(
-            f"--target {base_url}: does not serve model '{model}' ({count} requests of the trace ask for it; "
-            f"it serves {', '.join(served)}); pass --model NAME to send every request to one model"
+            f"--target {base_url}: does not serve model '{top['values']}' ({top['counts']} requests of the trace "
+            f"ask for it; it serves {', '.join(served)}); pass --model NAME to send every request to one model"
         )
 
 
@@ -77,15 +79,23 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
     if config.max_inflight < config.workers:
         raise BadInput(f"--max-inflight {config.max_inflight}: must be at least --workers")
     base_url = normalise_base_url(config.target_url)
-    trace = read_trace(config.trace_path)
-    records = list(trace.records())
-    schedule = build_schedule(records, config.schedule)
-    unsupported = sum(1 for p in schedule.requests if not supported(records[p.record_index]))
-    plans = [p for p in schedule.requests if supported(records[p.record_index])]
-    if not plans:
+    trace = read_trace_rows(config.trace_path)
+    rows = schedule_input(trace.table)
+    schedule = build_schedule(rows, config.schedule)
+    endpoints = trace.table.column("endpoint")
+    supported = np.asarray(pc.is_in(endpoints, pa.array(list(ENDPOINT_PATHS))).to_numpy(zero_copy_only=False))
+    plans = schedule.take(supported[schedule.record_index])
+    planned, unsupported = len(schedule), len(schedule) - len(plans)
+    window_rows, idle_removed_ns, span_ns = (
+        schedule.source_rows,
+        schedule.idle_removed_ns,
+        schedule.trace_span_ns,
+    )
+    del schedule
+    if not len(plans):
         raise BadInput(f"{config.trace_path}: no request to replay in the selected window")
     target = probe_target(base_url, config.engine, config.api_key)
-    _check_models_served(records, plans, target.models, config.model, base_url)
+    _check_models_served(trace, plans.record_index, target.models, config.model, base_url)
     build = BuildOptions(
         engine=target.engine,
         model=config.model,
@@ -95,25 +105,43 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
     run_dir.mkdir(parents=True, exist_ok=True)
     parts = run_dir / PARTS_DIR
     parts.mkdir(exist_ok=True)
-    jobs, shards = _jobs(config, plans, records, base_url, parts)
+    jobs, shards = _jobs(config, plans, trace, rows, base_url, parts)
+    synthesis = not trace.has_content[plans.record_index].all()
+    to_send = len(plans)
+    del rows, plans  # the jobs hold each worker's plans
+
+    build_job = BuildJob(
+        str(config.trace_path),
+        tuple(shards),
+        build,
+        trace.meta.block_size,
+        config.tokenizer,
+        config.session_header,
+        synthesis,
+    )
 
     def prepare() -> Prepared:
-        return prepare_bodies(shards, build, trace.meta.block_size, config.tokenizer)
+        return prepare_bodies(build_job)
 
     started_unix_ns = time.time_ns()
     info = _run_workers(config, jobs, prepare, console)
     ended_unix_ns = time.time_ns()
-    table = merge_worker_results(
-        [(Path(j.results_path), Path(s.path), s) for j, s in zip(jobs, shards, strict=True)],
+    result_rows = merge_worker_results(
+        [
+            WorkerPart(j.worker, Path(j.results_path), Path(j.fields_path), Path(j.tails_path), j.plans)
+            for j in jobs
+        ],
+        trace,
         info["start_mono_ns"],
         config.tokenizer,
+        run_dir / RESULTS_FILE,
+        parts,
     )
-    write_parquet_atomic(run_dir / RESULTS_FILE, table)
     for job in jobs:
-        Path(job.results_path).unlink(missing_ok=True)
-        Path(job.bodies_path).unlink(missing_ok=True)
+        for path in (job.results_path, partial_path(Path(job.results_path)), job.tails_path, job.fields_path):
+            Path(path).unlink(missing_ok=True)
     parts.rmdir()
-    summary = summarize(table, config.lag_bound_ns)
+    summary = summarize_file(run_dir / RESULTS_FILE, config.lag_bound_ns)
     if info["scraper"] is not None:
         info["scraper"].write(run_dir / SERVER_METRICS_FILE)
     run_json = {
@@ -147,15 +175,15 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
         "coordinator_max_rss_mb": peak_rss_mb(),
         "builder": info["builder"],  # bodies: seconds, peak RSS, in the coordinator or its own process
         "counts": {
-            "trace_rows": len(records),
-            "window_rows": schedule.source_rows,
-            "planned": len(schedule.requests),
+            "trace_rows": len(trace),
+            "window_rows": window_rows,
+            "planned": planned,
             "unsupported_endpoint": unsupported,
             "sent": summary["sent"],
-            "not_sent": len(plans) - table.num_rows,
+            "not_sent": to_send - result_rows,
         },
-        "idle_removed_s": schedule.idle_removed_ns / 1e9,
-        "schedule_span_s": schedule.trace_span_ns / 1e9,
+        "idle_removed_s": idle_removed_ns / 1e9,
+        "schedule_span_s": span_ns / 1e9,
         "server_metrics": info["scraper_info"],
         "summary": summary,
     }
@@ -185,7 +213,7 @@ def _versions() -> dict:
     }
 
 
-def _jobs(config, plans, records, base_url, parts) -> tuple[list[WorkerJob], list[Shard]]:
+def _jobs(config, plans, trace, rows, base_url, parts) -> tuple[list[WorkerJob], list[Shard]]:
     headers = [("User-Agent", f"{USER_AGENT}/{__version__}"), ("Content-Type", "application/json")]
     if config.api_key:
         headers.append(("Authorization", f"Bearer {config.api_key}"))
@@ -203,20 +231,22 @@ def _jobs(config, plans, records, base_url, parts) -> tuple[list[WorkerJob], lis
         warm_connections=config.warm_connections,
     )
     jobs, shards = [], []
-    for worker, shard in enumerate(shard_by_session(plans, config.workers)):
-        linked = tuple(link_sessions(shard))
-        bodies_path = str(parts / f"bodies-{worker}.pickle")
-        shards.append(Shard(linked, {p.record_index: records[p.record_index] for p in linked}, bodies_path))
+    codes = session_codes(trace.table.column("session_id"))
+    for worker, positions in enumerate(shard_by_session(plans, rows.session_keys, config.workers)):
+        linked = link_sessions(plans, positions, codes, rows.turn_index)
+        tails_path = str(parts / f"requests-{worker}.bin")
+        fields_path = str(parts / f"requests-{worker}.fields")
+        trace_rows = int64_array(trace.row[np.frombuffer(linked.record_index, np.int64)])
+        shards.append(Shard(linked, trace_rows, tails_path, fields_path))
         jobs.append(
             WorkerJob(
                 worker=worker,
                 plans=linked,
-                has_session=tuple(records[p.record_index].session_id is not None for p in linked),
-                bodies_path=bodies_path,
+                tails_path=tails_path,
+                fields_path=fields_path,
                 settings=settings,
                 headers=tuple(headers),
-                session_header=config.session_header,
-                results_path=str(parts / f"worker-{worker}.pickle"),
+                results_path=str(parts / f"results-{worker}.marshal"),
             )
         )
     return jobs, shards

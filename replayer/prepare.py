@@ -1,53 +1,34 @@
-"""Request bodies of every worker, built before the workers load them and before the clock starts.
+"""Request files of every worker, built before the workers load them and before the clock starts.
 
 The only replay code that may load the tokenizer (prompt synthesis for shape-only rows). When it
 is needed, building runs in a short-lived process, so neither the workers nor the coordinator
-carry the tokenizer's memory through the run. Bodies reach the workers as one file per worker of
-two pickles of plain lists: the small per-request fields, then the bodies, so the merge after the
-run reads the bodies only when it must (unpickling imports nothing, so a worker never loads
-pyarrow or the tokenizer).
+carry the tokenizer's memory through the run. Records are streamed from the trace and each body is
+written as soon as it is built (replayer.request_file), so the builder holds neither the trace nor
+the bodies: only the bodies built ahead of an earlier plan of their worker (copies shifted by
+`--copy-jitter` come a little out of trace order).
 """
 
 from __future__ import annotations
 
-import os
-import pickle
 import time
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the worker imports this module for read_shard_requests: keep it light
-    from llmreplay.trace_format import TraceRecord
+if TYPE_CHECKING:  # the worker imports replayer.request_file, not this module; keep it light anyway
+    from replayer.plan_arrays import PlanArrays
     from replayer.request_builder import BuildOptions
-    from replayer.schedule import PlannedRequest
 
 
 @dataclass(frozen=True, slots=True)
 class Shard:
-    """What one worker's bodies are built from; `path` is where they are written."""
+    """What one worker's requests are built from, and where they are written."""
 
-    plans: tuple[PlannedRequest, ...]  # linked, indices local to the worker
-    records: dict[int, TraceRecord]
-    path: str
-
-
-@dataclass(frozen=True, slots=True)
-class ShardRequests:
-    """What was built for a worker's requests, by plan index; `bodies` only when asked for."""
-
-    paths: list[str]
-    streams: list[bool]
-    requested_tokens: list[int | None]
-    models: list[str]
-    bodies: list[bytes] | None
-
-
-def needs_synthesis(shards: Sequence[Shard]) -> bool:
-    return any(
-        r.content_messages is None and r.content_prompt is None for s in shards for r in s.records.values()
-    )
+    plans: PlanArrays  # linked, indices local to the worker
+    rows: array  # "q": by plan index, the plan's record's position in the trace's file order
+    tails_path: str
+    fields_path: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,52 +38,85 @@ class Prepared:
     in_process: bool  # False: a short-lived process of its own (the tokenizer was needed)
 
 
-def prepare_bodies(
-    shards: Sequence[Shard], build: BuildOptions, block_size: int, tokenizer: str | None
-) -> Prepared:
-    """Write every shard's bodies. Raises BadInput for rows it cannot build."""
-    if not needs_synthesis(shards):
-        return write_bodies(shards, build, block_size, tokenizer)
+@dataclass(frozen=True, slots=True)
+class BuildJob:
+    """Everything the builder needs (pickled to its own process when it needs the tokenizer)."""
+
+    trace_path: str
+    shards: tuple[Shard, ...]
+    build: BuildOptions
+    block_size: int
+    tokenizer: str | None
+    session_header: str | None
+    synthesis: bool  # some planned row has no recorded content: prompts are synthesized
+
+
+def prepare_bodies(job: BuildJob) -> Prepared:
+    """Write every shard's request files. Raises BadInput for rows it cannot build."""
+    if not job.synthesis:
+        return write_requests(job)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(1, mp_context=context, initializer=_ignore_sigint) as pool:
-        return pool.submit(write_bodies, tuple(shards), build, block_size, tokenizer).result()
+        return pool.submit(write_requests, job).result()
 
 
-def write_bodies(
-    shards: Sequence[Shard], build: BuildOptions, block_size: int, tokenizer: str | None
-) -> Prepared:
+def write_requests(job: BuildJob) -> Prepared:
+    import numpy as np
+
     from replayer.process_memory import peak_rss_mb
     from replayer.request_builder import build_request
+    from replayer.request_file import RequestFileWriter
+    from replayer.schedule import copy_name
+    from replayer.trace_rows import stream_records
 
     started = time.perf_counter()
-    speller = _speller(tokenizer, block_size) if needs_synthesis(shards) else None
-    for shard in shards:
-        built, models = [], []
-        for plan in shard.plans:
-            record = shard.records[plan.record_index]
-            built.append(build_request(record, plan, build, speller))
-            models.append(build.model or record.model or build.default_model)
-        fields = {
-            "paths": [b.path for b in built],
-            "streams": [b.stream for b in built],
-            "requested_tokens": [b.requested_completion_tokens for b in built],
-            "models": models,
-        }
-        dump_pickle_atomic(Path(shard.path), fields, [b.body for b in built])
+    shards, build, session_header = job.shards, job.build, job.session_header
+    speller = _speller(job.tokenizer, job.block_size) if job.synthesis else None
+    writers = [RequestFileWriter(s.tails_path, s.fields_path) for s in shards]
+    try:
+        rows, shard_of, index_of = _by_row(shards)
+        pending: list[dict[int, tuple]] = [{} for _ in shards]
+        written = [0] * len(shards)
+        at = 0
+        for row, record in stream_records(job.trace_path, np.unique(rows)):
+            while at < len(rows) and rows[at] == row:
+                s, index = int(shard_of[at]), int(index_of[at])
+                at += 1
+                shard = shards[s]
+                plan = shard.plans[index]
+                built = build_request(record, plan, build, speller)
+                headers = [("X-Request-Id", copy_name(record.request_id, plan.copy_index))]
+                if session_header and record.session_id is not None:
+                    headers.append((session_header, copy_name(record.session_id, plan.copy_index)))
+                model = build.model or record.model or build.default_model
+                pending[s][index] = (
+                    built.path, headers, built.body, built.stream, built.requested_completion_tokens, model
+                )  # fmt: skip
+                while written[s] in pending[s]:
+                    writers[s].add(*pending[s].pop(written[s]))
+                    written[s] += 1
+        for writer in writers:
+            writer.close()
+    except BaseException:
+        for writer in writers:
+            writer.abort()
+        raise
     return Prepared(time.perf_counter() - started, peak_rss_mb(), speller is None)
 
 
-def read_shard_requests(path: str | Path, with_bodies: bool) -> ShardRequests:
-    """A worker's built requests: the worker needs the bodies, the merge seldom does."""
-    with open(path, "rb") as handle:  # our own file, written moments ago by this run
-        fields = pickle.load(handle)
-        bodies = pickle.load(handle) if with_bodies else None
-    return ShardRequests(
-        fields["paths"], fields["streams"], fields["requested_tokens"], fields["models"], bodies
-    )
+def _by_row(shards: Sequence[Shard]):
+    """(trace rows, shards, plan indices) of every plan as numpy arrays, in trace order then plan
+    order: 24 bytes a plan, where Python tuples would cost about 100."""
+    import numpy as np
+
+    rows = np.concatenate([np.frombuffer(s.rows, np.int64) for s in shards] or [np.empty(0, np.int64)])
+    shard_of = np.repeat(np.arange(len(shards), dtype=np.int64), [len(s.rows) for s in shards])
+    index_of = np.concatenate([np.arange(len(s.rows), dtype=np.int64) for s in shards] or [rows])
+    order = np.lexsort((index_of, shard_of, rows))
+    return rows[order], shard_of[order], index_of[order]
 
 
 def _ignore_sigint() -> None:
@@ -115,16 +129,3 @@ def _speller(tokenizer: str | None, block_size: int):
     from replayer.prompt_synthesis import BlockSpeller, ExactTextWords
 
     return BlockSpeller(ExactTextWords(tokenizer), block_size)
-
-
-def dump_pickle_atomic(path: Path, *values) -> None:
-    """A hand-off file between the run's processes (one pickle per value, read back in order):
-    complete under its name, or absent."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as handle:
-            for value in values:
-                pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)

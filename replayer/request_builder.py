@@ -12,8 +12,8 @@ import orjson
 
 from llmreplay.errors import BadInput
 from llmreplay.trace_format import TraceRecord
+from replayer.plan_arrays import PlannedRequest
 from replayer.prompt_synthesis import BlockSpeller, copy_nonce
-from replayer.schedule import PlannedRequest
 
 ENDPOINT_PATHS = {
     "chat_completions": "/v1/chat/completions",
@@ -42,10 +42,6 @@ class BuildOptions:
     model: str | None  # --model: overrides every row
     default_model: str | None  # the target's first model, for rows without one
     seed: int = 0
-
-
-def supported(record: TraceRecord) -> bool:
-    return record.endpoint in ENDPOINT_PATHS
 
 
 def requested_tokens(record: TraceRecord, plan: PlannedRequest) -> int | None:

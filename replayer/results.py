@@ -8,109 +8,163 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llmreplay.run_format import RESULT_SCHEMA
 from llmreplay.sse import SSESplitter
-from llmreplay.trace_format import TraceRecord
-from replayer.prepare import Shard, ShardRequests, read_shard_requests
+from replayer.plan_arrays import PlanArrays
+from replayer.request_file import RequestFields, read_fields, tail_body
+from replayer.result_spool import outcome_of, read_spool
 from replayer.runner import Sent
+from replayer.schedule import copy_name
+from replayer.sorted_results import SortedResultsWriter, bucket_bounds
+from replayer.trace_rows import TraceRows
 
-ROWS_PER_BATCH = 20_000  # dict rows become Arrow this many at a time: dicts cost ~10x the Arrow row
+ROWS_PER_BATCH = 2_000  # rows become Arrow this many at a time: a dict row with its chunk offsets is ~8 KB
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPart:
+    """One worker's hand-off files and the plans its results refer to by index."""
+
+    worker: int
+    results_path: Path  # replayer.result_spool file; absent when the worker never finished
+    fields_path: Path
+    tails_path: Path
+    plans: PlanArrays
+
+
+class Requests:
+    """What was sent for a worker's requests: its fields, and a body read back only when asked for."""
+
+    def __init__(self, fields: RequestFields, tails_path: Path):
+        self.fields = fields
+        self._tails_path = tails_path
+
+    def body(self, index: int) -> bytes:
+        offset, length = self.fields.span(index)
+        with open(self._tails_path, "rb") as handle:
+            handle.seek(offset)
+            return tail_body(handle.read(length))
 
 
 def merge_worker_results(
-    parts: Sequence[tuple[Path, Path, Shard]], start_ns: int | None, tokenizer: str | None
-) -> pa.Table:
-    """One table from every worker's hand-off file (results, bodies, shard), sorted by schedule.
+    parts: Sequence[WorkerPart],
+    trace: TraceRows,
+    start_ns: int | None,
+    tokenizer: str | None,
+    path: Path,
+    spill_dir: Path,
+) -> int:
+    """Write every worker's results to `path` (results.parquet), sorted by schedule; returns the rows.
+    `trace`: the trace rows plan.record_index refers to. Holds a batch of rows and one bucket of the
+    sort at a time (replayer.sorted_results), not the run.
 
-    A worker that never started or died leaves no file: its requests are simply absent."""
-    loaded = []
-    for results_path, bodies_path, shard in parts:
-        if not results_path.exists():
-            continue
-        with open(results_path, "rb") as handle:
-            handed = pickle.load(handle)  # our own worker's file from this run
-        sent = [Sent(shard.plans[i], due, out, shed=out is None) for i, due, out in handed.items]
-        loaded.append((handed.worker, sent, shard, bodies_path, _needs_tokenizer(sent)))
-    count_tokens = None
-    if any(needs for *_, needs in loaded):
-        from llmreplay.tokenizers import load_tokenizer
-
-        count_tokens = load_tokenizer(tokenizer).count
+    A worker that never started or died leaves no results file: its requests are simply absent."""
+    count_tokens = _LazyTokenCounter(tokenizer)
     anchor_unix_ns, anchor_mono_ns = time.time_ns(), time.perf_counter_ns()
-    tables = [pa.Table.from_pylist([], schema=RESULT_SCHEMA)]
-    for worker, sent, shard, bodies_path, needs in loaded:
-        built = read_shard_requests(bodies_path, with_bodies=needs)
-        for at in range(0, len(sent), ROWS_PER_BATCH):
-            rows = result_rows(
-                sent[at : at + ROWS_PER_BATCH],
-                shard.records,
-                built,
-                worker,
-                start_ns or 0,
-                anchor_unix_ns,
-                anchor_mono_ns,
-                count_tokens,
-            )
-            tables.append(rows_to_table(rows))
-    table = pa.concat_tables(tables)
-    order = pc.sort_indices(
-        table, sort_keys=[("scheduled_offset_ns", "ascending"), ("request_id", "ascending")]
-    )
-    return table.take(order)
+    bounds = bucket_bounds(part.plans.scheduled_offset_ns for part in parts)
+    writer = SortedResultsWriter(path, RESULT_SCHEMA, bounds, spill_dir)
+    try:
+        for part in parts:
+            if not part.results_path.exists():
+                continue
+            built = Requests(read_fields(part.fields_path), part.tails_path)
+            for batch in _sent_batches(part):
+                rows = result_rows(
+                    batch,
+                    trace.records([item.plan.record_index for item in batch]),
+                    built,
+                    part.worker,
+                    start_ns or 0,
+                    anchor_unix_ns,
+                    anchor_mono_ns,
+                    count_tokens,
+                )
+                writer.write(rows_to_table(rows))
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return writer.rows
 
 
-def _needs_tokenizer(sent: Sequence[Sent]) -> bool:
-    """Some answer came without usage: its token counts fall back to the tokenizer (and the body)."""
-    return any(s.outcome is not None and s.outcome.response_text_bytes is not None for s in sent)
+def _sent_batches(part: WorkerPart) -> Iterator[list[Sent]]:
+    """A worker's spooled results as Sent, about ROWS_PER_BATCH at a time."""
+    batch: list[Sent] = []
+    for frame in read_spool(part.results_path):
+        for values in frame:
+            out = outcome_of(values)
+            batch.append(Sent(part.plans[values[0]], values[1], out, shed=out is None))
+        if len(batch) >= ROWS_PER_BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class _LazyTokenCounter:
+    """Loads the tokenizer the first time an answer without usage needs it (seldom: servers report usage)."""
+
+    def __init__(self, tokenizer: str | None):
+        self._tokenizer = tokenizer
+        self._count: Callable[[str], int] | None = None
+
+    def __call__(self, text: str) -> int:
+        if self._count is None:
+            from llmreplay.tokenizers import load_tokenizer
+
+            self._count = load_tokenizer(self._tokenizer).count
+        return self._count(text)
 
 
 def result_rows(
     sent: Sequence[Sent],
-    records: dict[int, TraceRecord],
-    built: ShardRequests,
+    records: Sequence[dict],
+    built: Requests,
     worker: int,
     start_ns: int,
     anchor_unix_ns: int,
     anchor_mono_ns: int,
     count_tokens=None,
 ) -> list[dict]:
-    """One dict per request; `count_tokens(text) -> int` fills in counts the server did not report."""
+    """One dict per request; `records[i]`: the trace row of `sent[i]` (a dict of its columns);
+    `count_tokens(text) -> int` fills in counts the server did not report."""
+    fields = built.fields
     rows = []
-    for item in sent:
+    for item, record in zip(sent, records, strict=True):
         plan = item.plan
-        record = records[plan.record_index]
         scheduled_abs = start_ns + plan.scheduled_offset_ns
         row = {
-            "request_id": plan.request_id,
-            "session_id": _session_id(record, plan.copy_index),
-            "turn_index": record.turn_index,
-            "parent_request_id": record.parent_request_id,
-            "arrival_time": record.arrival_time_us,
-            "endpoint": record.endpoint,
-            "model": built.models[plan.index],
-            "stream": record.stream,
-            "tools_count": record.tools_count,
-            "tool_choice": record.tool_choice,
-            "structured_output": record.structured_output,
-            "max_tokens": record.max_tokens,
-            "source_request_id": plan.source_request_id,
+            "request_id": copy_name(record["request_id"], plan.copy_index),
+            "session_id": None
+            if record["session_id"] is None
+            else copy_name(record["session_id"], plan.copy_index),
+            "turn_index": record["turn_index"],
+            "parent_request_id": record["parent_request_id"],
+            "arrival_time": record["arrival_time"],
+            "endpoint": record["endpoint"],
+            "model": fields.model(plan.index),
+            "stream": record["stream"],
+            "tools_count": record["tools_count"],
+            "tool_choice": record["tool_choice"],
+            "structured_output": record["structured_output"],
+            "max_tokens": record["max_tokens"],
+            "source_request_id": record["request_id"],
             "copy_index": plan.copy_index,
             "worker": worker,
             "scheduled_offset_ns": plan.scheduled_offset_ns,
             "session_wait_ns": max(0, item.due_ns - scheduled_abs),
-            "recorded_prompt_tokens": record.prompt_tokens,
-            "recorded_completion_tokens": record.completion_tokens,
-            "requested_completion_tokens": built.requested_tokens[plan.index],
+            "recorded_prompt_tokens": record["prompt_tokens"],
+            "recorded_completion_tokens": record["completion_tokens"],
+            "requested_completion_tokens": fields.requested(plan.index),
         }
         if item.shed:
             row["error_kind"] = "shed_by_client"
@@ -120,13 +174,7 @@ def result_rows(
     return rows
 
 
-def _session_id(record: TraceRecord, copy_index: int) -> str | None:
-    if record.session_id is None or copy_index == 0:
-        return record.session_id
-    return f"{record.session_id}#c{copy_index}"
-
-
-def _measured(row, item: Sent, built: ShardRequests, start_ns, anchor_unix_ns, anchor_mono_ns, count_tokens):
+def _measured(row, item: Sent, built: Requests, start_ns, anchor_unix_ns, anchor_mono_ns, count_tokens):
     out = item.outcome
     row.update(
         http_status=out.http_status,
@@ -151,11 +199,13 @@ def _measured(row, item: Sent, built: ShardRequests, start_ns, anchor_unix_ns, a
             cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, dict) else None,
             token_source="server_usage",
         )
-    elif out.response_text_bytes is not None and count_tokens is not None and built.bodies is not None:
+    elif out.response_text_bytes is not None and count_tokens is not None:
         index = item.plan.index
         row.update(
-            prompt_tokens=count_tokens(prompt_text(built.bodies[index])),
-            completion_tokens=count_tokens(response_text(out.response_text_bytes, built.streams[index])),
+            prompt_tokens=count_tokens(prompt_text(built.body(index))),
+            completion_tokens=count_tokens(
+                response_text(out.response_text_bytes, built.fields.streams[index])
+            ),
             token_source="tokenizer",
         )
 

@@ -18,7 +18,7 @@ from replayer.http_pool import ConnectionPool, Endpoint
 from replayer.sessions import session_due_ns
 
 if TYPE_CHECKING:
-    from replayer.schedule import PlannedRequest
+    from replayer.plan_arrays import PlanArrays, PlannedRequest
 
 USER_AGENT = "llmreplay"
 WATCHDOG_MAX_INTERVAL_NS = 1_000_000_000
@@ -77,16 +77,18 @@ class _Call:
 class Runner:
     def __init__(
         self,
-        plans: Sequence[PlannedRequest],
+        plans: PlanArrays,
         requests: Sequence[bytes],
         streams: Sequence[bool],
         settings: LoopSettings,
+        results=None,
     ):
         self.plans = plans
-        self.requests = requests  # encoded HTTP request per plan index
+        self.requests = requests  # encoded HTTP request per plan index (may read them as the run goes)
         self.streams = streams
         self.s = settings
-        self.results: list[Sent] = []
+        # finished requests: anything with append(Sent), e.g. a replayer.result_spool.ResultSpool
+        self.results = [] if results is None else results
         self.counters = Counters()
         self.stopping = False
         self.stop_reason = "completed"
@@ -97,7 +99,7 @@ class Runner:
         self._pool: ConnectionPool | None = None
         self._clock: ReadClock | None = None
         self._timer: DeadlineTimer | None = None
-        self._heads = [p for p in plans if not p.follows_previous]  # sent on schedule; the rest follow
+        self._heads = plans.heads()  # sent on schedule; the rest follow
         self._head_i = 0
 
     async def run(self) -> list[Sent]:

@@ -4,13 +4,29 @@ errors by kind and the dispatch-lag fidelity check. Pure over the results table,
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from llmreplay.metrics import latency_summary_ms, percentiles, success_mask
+from llmreplay.metrics import PERCENTILES, itl_values_ns, latency_summary_ms, percentiles, success_mask
+from replayer.streamed_percentiles import streamed_percentiles
 
 LAG_PERCENTILES = (50, 90, 99)
+# The per-request columns `summarize_file` reads whole; the chunk offsets are streamed for the ITL.
+COLUMNS = (
+    "sent_offset_ns",
+    "error_kind",
+    "http_status",
+    "dispatch_lag_ns",
+    "session_wait_ns",
+    "ttft_ns",
+    "e2e_ns",
+    "completion_tokens",
+)
+ITL_BATCH_ROWS = 4096  # ~150 chunks a row: a few MB a batch
 
 
 def _ns_array(table: pa.Table, name: str) -> np.ndarray:
@@ -27,8 +43,29 @@ def from_schedule(table: pa.Table) -> pa.Table:
     return out
 
 
-def summarize(table: pa.Table, lag_bound_ns: int) -> dict:
-    """Everything the summary prints, as JSON-able values (ms for times)."""
+def summarize_file(path: Path, lag_bound_ns: int) -> dict:
+    """`summarize` of a run's results file, holding its per-request columns but not every
+    inter-chunk gap (the ITL percentiles are computed in passes over the file, exactly)."""
+    table = pq.read_table(path, columns=list(COLUMNS))
+    return summarize(table, lag_bound_ns, itl_summary_ms(path))
+
+
+def itl_summary_ms(path: Path) -> dict:
+    """The ITL entry of latency_summary_ms for the sent requests of a results file, streamed."""
+
+    def passes():
+        columns = ["sent_offset_ns", "error_kind", "http_status", "chunk_offsets_ns"]
+        for batch in pq.ParquetFile(path).iter_batches(ITL_BATCH_ROWS, columns=columns):
+            table = pa.Table.from_batches([batch])
+            yield itl_values_ns(table.filter(pc.is_valid(table.column("sent_offset_ns"))))
+
+    count, points = streamed_percentiles(passes, PERCENTILES, scale=1e6)
+    return {"count": count, **points}
+
+
+def summarize(table: pa.Table, lag_bound_ns: int, itl_ms: dict | None = None) -> dict:
+    """Everything the summary prints, as JSON-able values (ms for times). `itl_ms`: see
+    llmreplay.metrics.latency_summary_ms."""
     sent = pc.is_valid(table.column("sent_offset_ns"))
     sent_table = table.filter(sent)
     ok = success_mask(sent_table)
@@ -51,8 +88,8 @@ def summarize(table: pa.Table, lag_bound_ns: int) -> dict:
             "requests_per_s": round(ok.sum() / span_s, 3) if span_s > 0 else None,
             "output_tokens_per_s": round(float(np.nansum(completion)) / span_s, 1) if span_s > 0 else None,
         },
-        "latency_ms": latency_summary_ms(sent_table),
-        "latency_from_schedule_ms": latency_summary_ms(from_schedule(sent_table)),
+        "latency_ms": latency_summary_ms(sent_table, itl_ms=itl_ms),
+        "latency_from_schedule_ms": latency_summary_ms(from_schedule(sent_table), itl_ms=itl_ms),
         "dispatch_lag_ms": lag,
         "session_wait_ms": percentiles(wait_ms, LAG_PERCENTILES),
         "lag_bound_ms": lag_bound_ns / 1e6,

@@ -1,8 +1,11 @@
-"""A worker process: loads its shard's pre-built bodies, encodes the requests, waits for the shared
-start, runs the loop, hands its raw results back. Started by replayer.coordinator; talks over a pipe.
+"""A worker process: opens its shard's request file, waits for the shared start, runs the loop,
+spools its results to disk as it goes. Started by replayer.coordinator; talks over a pipe.
 
-Kept light on purpose (uvloop, httptools, orjson): no pyarrow, no tokenizer, no aiohttp, so its
-memory is the bodies plus what the run measures.
+Kept light on purpose (uvloop, httptools, orjson): no pyarrow, no tokenizer, no aiohttp. Its memory
+does not grow with the trace's length beyond its plans (columns, replayer.plan_arrays, ~60 bytes a
+request): requests are read a window ahead
+(replayer.request_source) and finished requests leave for disk in small batches
+(replayer.result_spool).
 """
 
 from __future__ import annotations
@@ -12,15 +15,14 @@ import gc
 import signal
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-from replayer.http_pool import Endpoint, encode_request
-from replayer.prepare import dump_pickle_atomic, read_shard_requests
+from replayer.plan_arrays import PlanArrays
 from replayer.process_memory import peak_rss_mb
+from replayer.request_file import encode_head, read_fields
+from replayer.request_source import RequestSource
+from replayer.result_spool import ResultSpool
 from replayer.runner import LoopSettings, Runner
-from replayer.schedule import PlannedRequest
 
 # Shared int64 slots the coordinator reads for the progress display.
 STAT_SLOTS = ("sent", "done", "errors", "shed", "inflight", "lag_p99_ns")
@@ -30,43 +32,22 @@ STATS_INTERVAL_S = 0.25
 @dataclass(frozen=True, slots=True)
 class WorkerJob:
     worker: int
-    plans: tuple[PlannedRequest, ...]  # linked by sessions.link_sessions; indices are local
-    has_session: tuple[bool, ...]  # by plan index: the trace row has a session id
-    bodies_path: str  # written by replayer.prepare before the worker is told to load it
+    plans: PlanArrays  # linked by sessions.link_sessions; indices are local
+    tails_path: str  # written by replayer.prepare before the worker is told to load them
+    fields_path: str
     settings: LoopSettings  # start_ns filled in when the coordinator says go
     headers: tuple[tuple[str, str], ...]  # sent with every request (may include Authorization)
-    session_header: str | None
-    results_path: str
+    results_path: str  # a replayer.result_spool file, complete once the worker is done
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerResults:
-    """What a worker hands back: (plan index, due_ns, Outcome or None when shed) per request."""
-
-    worker: int
-    items: list[tuple]
-
-
-def encode_requests(
-    endpoint: Endpoint,
-    plans: Sequence[PlannedRequest],
-    paths: Sequence[str],
-    bodies: list[bytes | None],
-    base_headers: Sequence[tuple[str, str]],
-    session_header: str | None,
-    has_session: Sequence[bool],
-) -> list[bytes]:
-    """Every request's bytes, with X-Request-Id (and the session header), before the clock starts.
-
-    Each body is dropped from `bodies` once encoded, so the shard's bodies are in memory once, not twice."""
-    out = []
-    for plan in plans:
-        headers = [*base_headers, ("X-Request-Id", plan.request_id)]
-        if session_header and has_session[plan.index]:
-            headers.append((session_header, plan.session_key))
-        body, bodies[plan.index] = bodies[plan.index], None
-        out.append(encode_request(endpoint, "POST", paths[plan.index], headers, body))
-    return out
+def open_requests(job: WorkerJob) -> tuple[RequestSource, bytes]:
+    """The worker's requests (first window loaded) and, by plan index, which ask for a stream."""
+    fields = read_fields(job.fields_path)
+    heads = [encode_head(job.settings.endpoint, path, job.headers) for path in fields.paths]
+    follow_ups = [i for i, follows in enumerate(job.plans.follows_previous) if follows]
+    source = RequestSource(job.tails_path, fields, heads, follow_ups)
+    source.start()
+    return source, fields.streams
 
 
 def worker_main(job: WorkerJob, conn, stats) -> None:
@@ -78,34 +59,25 @@ def worker_main(job: WorkerJob, conn, stats) -> None:
         return
     try:
         t0 = time.perf_counter()
-        built = read_shard_requests(job.bodies_path, with_bodies=True)
-        requests = encode_requests(
-            job.settings.endpoint,
-            job.plans,
-            built.paths,
-            built.bodies,
-            job.headers,
-            job.session_header,
-            job.has_session,
-        )
-        streams = built.streams
-        del built  # the encoded requests hold the bodies now
+        requests, streams = open_requests(job)
         conn.send(("ready", time.perf_counter() - t0))
     except Exception as exc:  # reported to the coordinator, which turns BadInput into exit 2
         conn.send(("error", f"{type(exc).__name__}: {exc}", type(exc).__name__ == "BadInput"))
         return
     message = conn.recv()
     if message[0] != "start":
+        requests.close()
         conn.send(("done", {"worker": job.worker, "stop_reason": "interrupted", "sent": 0}))
         return
-    runner = Runner(job.plans, requests, streams, replace(job.settings, start_ns=message[1]))
+    spool = ResultSpool(job.results_path)
+    runner = Runner(job.plans, requests, streams, replace(job.settings, start_ns=message[1]), spool)
     gc.collect()
-    gc.freeze()  # the plans and request bytes live all run: keep the collector from rescanning them
+    gc.freeze()  # the plans live all run: keep the collector from rescanning them
     cpu_before_s = time.process_time()
     _run_loop(runner, stats)
     loop_cpu_s = time.process_time() - cpu_before_s
-    items = [(s.plan.index, s.due_ns, s.outcome) for s in runner.results]
-    dump_pickle_atomic(Path(job.results_path), WorkerResults(job.worker, items))
+    spool.close()
+    requests.close()
     conn.send(
         (
             "done",
@@ -115,6 +87,7 @@ def worker_main(job: WorkerJob, conn, stats) -> None:
                 "sent": runner.counters.sent,
                 "loop_cpu_s": round(loop_cpu_s, 3),
                 "max_rss_mb": peak_rss_mb(),
+                "requests_read_on_loop": requests.loop_reads,
                 "modules_loaded": sorted(m for m in ("pyarrow", "aiohttp", "numpy") if m in sys.modules),
             },
         )

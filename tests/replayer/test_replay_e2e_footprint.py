@@ -4,19 +4,24 @@ pyarrow in a worker); token counts missing from answers are filled in after the 
 from __future__ import annotations
 
 import random
+from array import array
 
+import numpy as np
+import pyarrow.parquet as pq
 from replay_helpers import T0_US, results, run_info, run_replay
 
 from llmreplay.trace_format import TraceMeta, TraceRecord
 from llmreplay.trace_io import write_trace
 from replayer.client import Outcome
 from replayer.config import ScheduleConfig
-from replayer.prepare import Shard, dump_pickle_atomic, write_bodies
+from replayer.prepare import BuildJob, Shard, write_requests
 from replayer.request_builder import BuildOptions
-from replayer.results import merge_worker_results
-from replayer.schedule import build_schedule
-from replayer.sessions import link_sessions
-from replayer.worker import WorkerResults
+from replayer.result_spool import ResultSpool
+from replayer.results import WorkerPart, merge_worker_results
+from replayer.runner import Sent
+from replayer.schedule import build_schedule, schedule_input
+from replayer.sessions import link_sessions, session_codes
+from replayer.trace_rows import read_trace_rows
 
 BLOCK = 16
 HEAVY_MODULES = {"pyarrow", "numpy", "aiohttp"}
@@ -67,9 +72,17 @@ def test_shape_trace_is_synthesized_outside_the_light_workers(tmp_path, shared_s
 
 def test_answers_without_usage_are_counted_with_the_tokenizer_after_the_run(tmp_path):
     records = shape_records(1)
-    plans = tuple(link_sessions(build_schedule(records, ScheduleConfig()).requests))
-    shard = Shard(plans, {0: records[0]}, str(tmp_path / "bodies.pickle"))
-    write_bodies([shard], BuildOptions("vllm", None, None), BLOCK, None)
+    trace = tmp_path / "shape.parquet"
+    write_trace(trace, records, TraceMeta(source="test", block_size=BLOCK, relative_time=True))
+    trace_rows = read_trace_rows(trace)
+    rows = schedule_input(trace_rows.table)
+    schedule = build_schedule(rows, ScheduleConfig())
+    plans = link_sessions(
+        schedule, np.arange(1), session_codes(trace_rows.table.column("session_id")), rows.turn_index
+    )
+    tails, fields = tmp_path / "requests.bin", tmp_path / "requests.fields"
+    shard = Shard(plans, array("q", [0]), str(tails), str(fields))
+    write_requests(BuildJob(str(trace), (shard,), BuildOptions("vllm", None, None), BLOCK, None, None, True))
     outcome = Outcome(1_000)
     outcome.http_status, outcome.e2e_ns, outcome.finish_reason = 200, 5_000, "stop"
     outcome.chunk_offsets_ns, outcome.ttft_ns = [2_000, 3_000], 2_000
@@ -77,11 +90,16 @@ def test_answers_without_usage_are_counted_with_the_tokenizer_after_the_run(tmp_
         b'data: {"choices": [{"index": 0, "delta": {"content": "Hello"}}]}\n\ndata: {"choi',
         b'ces": [{"index": 0, "delta": {"content": " world"}}]}\n\ndata: [DONE]\n\n',
     ]
-    handed = tmp_path / "worker-0.pickle"
-    dump_pickle_atomic(handed, WorkerResults(0, [(0, 900, outcome)]))
-    table = merge_worker_results([(handed, tmp_path / "bodies.pickle", shard)], 0, None)
-    [row] = table.to_pylist()
+    spool = ResultSpool(tmp_path / "results-0.marshal")
+    spool.append(Sent(plans[0], 900, outcome))
+    spool.close()
+    out = tmp_path / "results.parquet"
+    merge_worker_results(
+        [WorkerPart(0, spool.path, fields, tails, plans)], trace_rows, 0, None, out, tmp_path
+    )
+    [row] = pq.read_table(out).to_pylist()
     assert row["token_source"] == "tokenizer"
     assert row["completion_tokens"] == 2  # "Hello", " world" in Tekken
     assert row["prompt_tokens"] == records[0].prompt_tokens
     assert row["dispatch_lag_ns"] == 100 and row["sent_offset_ns"] == 1_000
+    assert row["chunk_offsets_ns"] == [2_000, 3_000]

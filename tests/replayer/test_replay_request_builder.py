@@ -10,10 +10,11 @@ import pytest
 from llmreplay.errors import BadInput
 from llmreplay.tokenizers import load_tokenizer
 from llmreplay.trace_format import MessageShape, TraceRecord
+from llmreplay.trace_io import records_to_table
 from replayer.config import ScheduleConfig
 from replayer.prompt_synthesis import BlockSpeller, ExactTextWords
 from replayer.request_builder import BuildOptions, build_request
-from replayer.schedule import build_schedule
+from replayer.schedule import build_schedule, schedule_input
 
 T0 = 1_700_000_000_000_000
 
@@ -36,7 +37,7 @@ def record(**kw) -> TraceRecord:
 
 
 def plan_for(rec, **config):
-    return build_schedule([rec], ScheduleConfig(**config)).requests
+    return build_schedule(schedule_input(records_to_table([rec], False)), ScheduleConfig(**config)).plans()
 
 
 def body(rec, speller=None, engine="openai", copy=0, **config):

@@ -136,7 +136,9 @@ def test_arrival_is_the_read_of_the_first_bytes_and_never_an_earlier_requests(mo
 
     sim = module_sim("--output-len-median-tokens", "2")
     address = urlsplit(sim.url)
-    body = json.dumps({"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    body = json.dumps(
+        {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    )
 
     def post(request_id: str) -> bytes:
         return (
@@ -149,7 +151,13 @@ def test_arrival_is_the_read_of_the_first_bytes_and_never_an_earlier_requests(mo
         while b"\r\n\r\n" not in data:
             data += sock.recv(65536)
         head, rest = data.split(b"\r\n\r\n", 1)
-        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        length = int(
+            next(
+                line.split(b":")[1]
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length")
+            )
+        )
         while len(rest) < length:
             rest += sock.recv(65536)
 

@@ -1,0 +1,93 @@
+"""Result rows in completion order -> results.parquet sorted by schedule, one bucket in memory at a time.
+
+Workers finish requests in completion order; the run's file is sorted by (scheduled_offset_ns,
+request_id). Sorting a whole run in memory costs the run's size two or three times over (the rows,
+the sorted copy), so rows are spread instead over buckets of scheduled offsets, each about
+BUCKET_ROWS planned requests (bounds taken from the plans themselves), kept as Arrow IPC files
+next to the run; each bucket is then sorted alone and appended to the Parquet file. Equal offsets
+always share a bucket, so the order is the one a global sort gives.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+
+BUCKET_ROWS = 20_000  # ~2 KB a row with 150 chunk offsets: ~40 MB a bucket, twice while it is sorted
+SORT_KEYS = [("scheduled_offset_ns", "ascending"), ("request_id", "ascending")]
+
+
+def bucket_bounds(offsets: Iterable, rows_per_bucket: int = BUCKET_ROWS) -> np.ndarray:
+    """Scheduled offsets that split the planned requests into buckets of about `rows_per_bucket`.
+
+    `offsets`: each worker's planned offsets (any int64 buffer, e.g. array("q"))."""
+    parts = [np.frombuffer(o, dtype=np.int64) for o in offsets if len(o)]
+    if not parts:
+        return np.empty(0, np.int64)
+    every = np.sort(np.concatenate(parts))
+    return np.unique(every[rows_per_bucket::rows_per_bucket])
+
+
+class SortedResultsWriter:
+    """`write` tables of result rows in any order; `close` writes `path` sorted, atomically."""
+
+    def __init__(self, path: Path, schema: pa.Schema, bounds: np.ndarray, spill_dir: Path):
+        self.path = path
+        self.schema = schema
+        self.rows = 0
+        self._bounds = bounds
+        self._spill_dir = spill_dir
+        self._buckets: dict[int, ipc.RecordBatchFileWriter] = {}
+
+    def _bucket_path(self, bucket: int) -> Path:
+        return self._spill_dir / f"results-bucket-{bucket}.arrow"
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        self.rows += table.num_rows
+        offsets = table.column("scheduled_offset_ns").to_numpy()
+        buckets = np.searchsorted(self._bounds, offsets, side="right")
+        order = np.argsort(buckets, kind="stable")
+        grouped = table.take(pa.array(order))
+        ids, starts = np.unique(buckets[order], return_index=True)
+        ends = [*starts[1:], table.num_rows]
+        for bucket, start, end in zip(ids.tolist(), starts.tolist(), ends, strict=True):
+            writer = self._buckets.get(bucket)
+            if writer is None:
+                writer = self._buckets[bucket] = ipc.new_file(self._bucket_path(bucket), self.schema)
+            writer.write_table(grouped.slice(start, end - start))
+
+    def close(self) -> None:
+        """Sort bucket by bucket into a temporary file, fsync, rename: complete or absent."""
+        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        try:
+            with pq.ParquetWriter(tmp, self.schema, compression="zstd") as out:
+                for bucket in sorted(self._buckets):
+                    self._buckets.pop(bucket).close()
+                    spilled = self._bucket_path(bucket)
+                    with pa.memory_map(str(spilled)) as source:
+                        table = ipc.open_file(source).read_all()
+                    out.write_table(table.take(pc.sort_indices(table, sort_keys=SORT_KEYS)))
+                    del table
+                    spilled.unlink()
+            with open(tmp, "rb") as handle:
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)
+            self.abort()
+
+    def abort(self) -> None:
+        """Remove whatever was spilled (after a failure; close does it on success)."""
+        for bucket, writer in list(self._buckets.items()):
+            writer.close()
+            self._bucket_path(bucket).unlink(missing_ok=True)
+        self._buckets.clear()
