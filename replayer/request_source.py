@@ -23,6 +23,7 @@ from array import array
 from collections.abc import Sequence
 from pathlib import Path
 
+from replayer.helper_threads import yield_to_loop
 from replayer.request_file import RequestFields
 
 CHUNK_BYTES = 1 << 20
@@ -97,6 +98,7 @@ class RequestSource:
         os.close(self._fd)
 
     def _run(self) -> None:
+        yield_to_loop()
         while True:
             self._wake.wait()
             if self._closed:

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from replayer.client import Outcome
+from replayer.helper_threads import yield_to_loop
 
 SPOOL_BATCH = 32
 _FRAME = struct.Struct("<I")
@@ -79,6 +80,7 @@ class ResultSpool:
             self._queue.put(_FRAME.pack(len(data)) + data)
 
     def _write(self) -> None:
+        yield_to_loop()
         while (frame := self._queue.get()) is not None:
             view = memoryview(frame)
             while view:
