@@ -38,10 +38,23 @@ def encode_head(endpoint: Endpoint, path: str, headers: Sequence[tuple[str, str]
     return encode_request(endpoint, "POST", path, headers, b"")[: -len(_NO_BODY_TRAILER)]
 
 
+def encode_heads(
+    endpoint: Endpoint, fields: RequestFields, headers: Sequence[tuple[str, str]]
+) -> list[bytes]:
+    """The head of every path of a request file, by path code (what RequestSource prepends)."""
+    return [encode_head(endpoint, path, headers) for path in fields.paths]
+
+
 def tail_body(tail: bytes | memoryview) -> bytes:
     """The JSON body of a tail (header values never hold a line break, so the first blank line ends them)."""
     data = bytes(tail)
     return data[data.index(HEADER_END) + len(HEADER_END) :]
+
+
+def tail_start(ends: array, index: int) -> int:
+    """Offset of tail `index` in the tails file (each starts where the previous ends); also where
+    the tails before it end, so `tail_start(ends, len(ends))` is the file's size."""
+    return ends[index - 1] if index else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +74,7 @@ class RequestFields:
 
     def span(self, index: int) -> tuple[int, int]:
         """Where request `index`'s tail lies in the tails file: (offset, length)."""
-        start = self.ends[index - 1] if index else 0
+        start = tail_start(self.ends, index)
         return start, self.ends[index] - start
 
     def path(self, index: int) -> str:

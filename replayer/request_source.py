@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from replayer.helper_threads import yield_to_loop
-from replayer.request_file import RequestFields
+from replayer.request_file import RequestFields, tail_start
 
 CHUNK_BYTES = 1 << 20
 AHEAD_BYTES = 4 << 20  # at 50 req/s of 4 KB bodies, 20 s of requests; at 10,000 req/s, 100 ms
@@ -69,7 +69,7 @@ class RequestSource:
         if tail is None:
             for first, end, offset, data in self._chunks:
                 if first <= index < end:
-                    start = self._ends[index - 1] if index else 0
+                    start = tail_start(self._ends, index)
                     tail = data[start - offset : self._ends[index] - offset]
                     break
             else:
@@ -110,19 +110,17 @@ class RequestSource:
         """Drop chunks a chunk behind the loop (keeping their unsent follow-ups), read ahead."""
         ends = self._ends
         high = max(self.high, 0)
-        at = ends[high - 1] if high else 0  # where the loop is in the file
+        at = tail_start(ends, high)  # where the loop is in the file
         chunks = self._chunks
         while chunks and chunks[0][1] <= high and ends[chunks[0][1] - 1] + self._chunk_bytes <= at:
             self._keep_follow_ups(chunks[0])
             chunks = chunks[1:]
         while self._next < len(ends):
-            loaded_end = ends[self._next - 1] if self._next else 0
-            if loaded_end - at >= self._ahead_bytes:
+            if tail_start(ends, self._next) - at >= self._ahead_bytes:
                 break
             chunks = (*chunks, self._read_chunk())
         self._chunks = chunks
-        loaded_end = ends[self._next - 1] if self._next else 0
-        refill_at = bisect.bisect_left(ends, loaded_end - self._ahead_bytes // 2)
+        refill_at = bisect.bisect_left(ends, tail_start(ends, self._next) - self._ahead_bytes // 2)
         if self._next == len(ends):  # all read: wake only to drop what falls behind, once a chunk
             refill_at = bisect.bisect_left(ends, at + self._chunk_bytes * 2)
         self._refill_at = max(refill_at, high + 1)
@@ -130,7 +128,7 @@ class RequestSource:
 
     def _read_chunk(self) -> tuple[int, int, int, memoryview]:
         ends, first = self._ends, self._next
-        offset = ends[first - 1] if first else 0
+        offset = tail_start(ends, first)
         end = max(first + 1, bisect.bisect_right(ends, offset + self._chunk_bytes, first))
         data = os.pread(self._fd, ends[end - 1] - offset, offset)
         self._next = end
@@ -143,9 +141,9 @@ class RequestSource:
         hi = bisect.bisect_left(follow_ups, end, lo)
         for index in follow_ups[lo:hi]:
             if not taken[index]:
-                start = ends[index - 1] if index else 0
+                start = tail_start(ends, index)
                 self._kept[index] = bytes(data[start - offset : ends[index] - offset])
 
     def _pread(self, index: int) -> bytes:
-        start = self._ends[index - 1] if index else 0
+        start = tail_start(self._ends, index)
         return os.pread(self._fd, self._ends[index] - start, start)

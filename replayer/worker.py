@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from replayer.plan_arrays import PlanArrays
 from replayer.process_memory import peak_rss_mb
-from replayer.request_file import encode_head, read_fields
+from replayer.request_file import encode_heads, read_fields
 from replayer.request_source import RequestSource
 from replayer.result_spool import ResultSpool
 from replayer.runner import LoopSettings, Runner
@@ -43,7 +43,7 @@ class WorkerJob:
 def open_requests(job: WorkerJob) -> tuple[RequestSource, bytes]:
     """The worker's requests (first window loaded) and, by plan index, which ask for a stream."""
     fields = read_fields(job.fields_path)
-    heads = [encode_head(job.settings.endpoint, path, job.headers) for path in fields.paths]
+    heads = encode_heads(job.settings.endpoint, fields, job.headers)
     follow_ups = [i for i, follows in enumerate(job.plans.follows_previous) if follows]
     source = RequestSource(job.tails_path, fields, heads, follow_ups)
     source.start()

@@ -19,7 +19,7 @@ from llmreplay.run_format import RESULT_SCHEMA
 from replayer.client import Outcome
 from replayer.http_pool import encode_request, parse_endpoint
 from replayer.plan_arrays import NONE, PlanArrays
-from replayer.request_file import RequestFileWriter, encode_head, read_fields, tail_body
+from replayer.request_file import RequestFileWriter, encode_heads, read_fields, tail_body
 from replayer.request_source import RequestSource
 from replayer.result_spool import ResultSpool, outcome_of, partial_path, read_spool
 from replayer.results import WorkerPart, merge_worker_results
@@ -72,7 +72,7 @@ def test_a_bad_header_value_is_bad_input_and_leaves_no_file(tmp_path):
 
 def test_source_reads_ahead_across_chunk_boundaries_and_keeps_unsent_follow_ups(tmp_path):
     tails, fields, bodies = write_requests_file(tmp_path, 200)
-    heads = [encode_head(ENDPOINT, path, BASE_HEADERS) for path in fields.paths]
+    heads = encode_heads(ENDPOINT, fields, BASE_HEADERS)
     follow_ups = [i for i in range(200) if i % 4 == 3]
     # chunks of ~1 KB (a few requests), 3 KB read ahead: the window moves many times
     source = RequestSource(tails, fields, heads, follow_ups, chunk_bytes=1024, ahead_bytes=3072)
@@ -93,7 +93,7 @@ def test_source_reads_ahead_across_chunk_boundaries_and_keeps_unsent_follow_ups(
 
 def test_source_falls_back_to_a_read_for_a_request_outside_the_window(tmp_path):
     tails, fields, bodies = write_requests_file(tmp_path, 100)
-    heads = [encode_head(ENDPOINT, path, BASE_HEADERS) for path in fields.paths]
+    heads = encode_heads(ENDPOINT, fields, BASE_HEADERS)
     source = RequestSource(tails, fields, heads, [], chunk_bytes=512, ahead_bytes=512)
     source.start()
     try:
@@ -194,7 +194,7 @@ def test_results_sorted_bucket_by_bucket_match_one_global_sort(tmp_path):
 
 def test_the_reader_thread_refills_the_window_when_the_loop_wakes_it(tmp_path):
     tails, fields, bodies = write_requests_file(tmp_path, 300)
-    heads = [encode_head(ENDPOINT, path, BASE_HEADERS) for path in fields.paths]
+    heads = encode_heads(ENDPOINT, fields, BASE_HEADERS)
     source = RequestSource(tails, fields, heads, [], chunk_bytes=1024, ahead_bytes=4096)
     source.start()
     try:
