@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from llmreplay.error_kinds import ERROR_KINDS, error_kind_for_status  # noqa: F401 (re-exported: part of the format)
 
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"  # 1.1 added invalid_fields
 READABLE_MAJOR_VERSIONS = (1,)
 METADATA_KEY = b"llmreplay"
 DEFAULT_BLOCK_SIZE = 512
@@ -68,7 +68,10 @@ SHAPE_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
     ("e2e_ns", pa.int64(), True),
     ("chunk_offsets_ns", pa.list_(pa.int64()), True),
     ("finish_reason", pa.string(), True),
+    ("invalid_fields", pa.list_(pa.string()), True),  # fields nulled because the value was out of range
 )
+# Columns added by a minor version: files written before it lack them, and readers fill them with nulls.
+ADDED_COLUMNS = {"invalid_fields": "1.1"}
 
 # Present in a "content" trace only. JSON text exactly as the client sent / the engine answered.
 CONTENT_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
@@ -164,6 +167,7 @@ class TraceRecord:
     e2e_ns: int | None = None
     chunk_offsets_ns: tuple[int, ...] | None = None
     finish_reason: str | None = None
+    invalid_fields: tuple[str, ...] | None = None
     content_messages: str | None = None
     content_prompt: str | None = None
     content_tools: str | None = None
@@ -179,6 +183,8 @@ class TraceRecord:
         row["prefix_block_hashes"] = list(self.prefix_block_hashes)
         if self.chunk_offsets_ns is not None:
             row["chunk_offsets_ns"] = list(self.chunk_offsets_ns)
+        if self.invalid_fields is not None:
+            row["invalid_fields"] = list(self.invalid_fields)
         return row
 
     @classmethod
@@ -189,8 +195,9 @@ class TraceRecord:
         values["arrival_time_us"] = arrival if isinstance(arrival, int) else _datetime_to_us(arrival)
         values["messages"] = tuple(MessageShape(m["role"], m["tokens"]) for m in values.get("messages") or ())
         values["prefix_block_hashes"] = tuple(values.get("prefix_block_hashes") or ())
-        if values.get("chunk_offsets_ns") is not None:
-            values["chunk_offsets_ns"] = tuple(values["chunk_offsets_ns"])
+        for name in ("chunk_offsets_ns", "invalid_fields"):
+            if values.get(name) is not None:
+                values[name] = tuple(values[name])
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
 

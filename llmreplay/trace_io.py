@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from llmreplay.errors import BadInput
 from llmreplay.trace_format import (
+    ADDED_COLUMNS,
     CONTENT_COLUMN_NAMES,
     CONTENT_COLUMNS,
     ENUM_COLUMNS,
@@ -94,6 +95,8 @@ def _open(path: Path, pre_buffer: bool = True) -> tuple[pq.ParquetFile, TraceMet
 def _check_schema(path: Path, schema: pa.Schema) -> None:
     names = set(schema.names)
     for name, expected, _ in SHAPE_COLUMNS:
+        if name not in names and name in ADDED_COLUMNS:
+            continue  # written before the minor version that added it: read as nulls
         if name not in names:
             raise BadInput(f"{path}: column '{name}' is missing")
         _check_type(path, name, schema.field(name).type, expected)
@@ -136,6 +139,9 @@ def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
 def _conform(path: Path, table: pa.Table, with_content: bool) -> pa.Table:
     # Nullable on read, so that a null in a required column is reported by row, not by cast.
     schema = pa.schema([f.with_nullable(True) for f in trace_schema(with_content)])
+    for name in ADDED_COLUMNS:
+        if name not in table.column_names:
+            table = table.append_column(schema.field(name), pa.nulls(table.num_rows, schema.field(name).type))
     table = table.select(schema.names)
     if table.schema.remove_metadata() == schema:
         return table

@@ -12,7 +12,7 @@ import pytest
 
 from llmreplay.chat_text import message_text
 from llmreplay.importers.pipeline import ImportConfig, import_trace_file
-from llmreplay.trace_format import major_version
+from llmreplay.trace_format import FORMAT_VERSION, major_version
 from llmreplay.trace_io import read_trace, records_to_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,17 +20,24 @@ SAMPLES = ROOT / "samples"
 SHARED = ROOT.parent / "shared" / "traces"
 GOLDEN = sorted((SAMPLES / "golden").glob("trace-v*.parquet"))
 
-# What each golden file must still read as. Recipe (v1.0, written once, never regenerated):
-#   .venv/bin/python samples/make_content_sample.py --sessions 6 --seed 8 -o samples/golden/trace-v1.0.parquet
+# What each golden file must still read as. Recipes (each written once, never regenerated):
+#   v1.0: .venv/bin/python samples/make_content_sample.py --sessions 6 --seed 8 -o samples/golden/trace-v1.0.parquet
+#   v1.1: v1.0's rows, with row 3's max_tokens (2**31) and retry_after_ms (10**20) nulled by bounded_row
+_V1_ROWS = {
+    "rows": 21,
+    "first_request_id": "chatcmpl-sample-000-00",
+    "first_arrival_us": 1_736_931_607_461_250,
+    "first_hashes": (4843769503048814885, 1532313346648500582),
+    "prompt_tokens_head": [562, 646, 607, 558, 640, 710],
+}
 GOLDEN_EXPECTED = {
-    "trace-v1.0.parquet": {
-        "rows": 21,
-        "first_request_id": "chatcmpl-sample-000-00",
-        "first_arrival_us": 1_736_931_607_461_250,
-        "first_hashes": (4843769503048814885, 1532313346648500582),
-        "prompt_tokens_head": [562, 646, 607, 558, 640, 710],
+    # invalid_fields came with 1.1: a 1.0 file reads it as nulls
+    "trace-v1.0.parquet": {**_V1_ROWS, "all_null_columns": {"cached_tokens", "content_prompt", "invalid_fields"}},
+    "trace-v1.1.parquet": {
+        **_V1_ROWS,
         "all_null_columns": {"cached_tokens", "content_prompt"},
-    }
+        "invalid_fields": {"chatcmpl-sample-002-00": ["retry_after_ms", "max_tokens"]},
+    },
 }
 
 
@@ -44,6 +51,7 @@ def load_sample_script():
 
 def test_there_is_a_golden_file_for_the_current_version():
     assert [p.name for p in GOLDEN] == list(GOLDEN_EXPECTED)
+    assert f"trace-v{FORMAT_VERSION}.parquet" in GOLDEN_EXPECTED
 
 
 @pytest.mark.parametrize("path", GOLDEN, ids=[p.name for p in GOLDEN])
@@ -62,6 +70,8 @@ def test_golden_file_reads_back_exactly(path):
     assert table.column("prompt_tokens").to_pylist()[:6] == expected["prompt_tokens_head"]
     all_null = {name for name in table.column_names if table.column(name).null_count == table.num_rows}
     assert all_null == expected["all_null_columns"]  # every other column is exercised
+    flagged = {r["request_id"]: r["invalid_fields"] for r in table.to_pylist() if r["invalid_fields"]}
+    assert flagged == expected.get("invalid_fields", {})
     rebuilt = records_to_table(trace.records(), with_content=True)
     assert rebuilt.to_pylist() == table.to_pylist()  # typed records lose nothing
 
