@@ -409,6 +409,8 @@ class TraceWriter:
                 self._tmp.unlink(missing_ok=True)
         if not complete:
             return
+        if self.meta.content and not self.meta.anonymized:
+            os.chmod(self._tmp, 0o600)  # real prompts and answers: private to the owner
         with open(self._tmp, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(self._tmp, self.path)

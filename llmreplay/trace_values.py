@@ -8,8 +8,8 @@ Pure; it imports nothing but the trace format.
 from __future__ import annotations
 
 import math
-from datetime import datetime
 from collections.abc import Callable
+from datetime import datetime
 
 import pyarrow as pa
 

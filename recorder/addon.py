@@ -24,7 +24,8 @@ from recorder.journal import Journal
 from recorder.keys import keyed_hash, load_or_create_key
 from recorder.monitor import LagMonitor
 from recorder.request_shape import endpoint_for_path
-from recorder.spool import SPOOL_DIR, SpoolLock
+from recorder.spool import SPOOL_DIR, SpoolLock, private_dirs
+from recorder.stop_report import StopReport
 from recorder.supervisor import ConverterSupervisor
 
 log = logging.getLogger("llmreplay.recorder")
@@ -33,6 +34,7 @@ OPTION_PREFIX = "llmreplay_"
 _REQUEST_HEADERS = frozenset((b"authorization", b"api-key", b"x-api-key", b"content-encoding"))
 _RESPONSE_HEADERS = frozenset((b"content-type", b"content-encoding", b"retry-after"))
 CONVERTER_STOP_TIMEOUT_S = 120.0
+IMPAIRED_LOG_S = 60.0  # one CRITICAL line a minute while filing is impaired
 
 
 class Recorder:
@@ -42,6 +44,7 @@ class Recorder:
         self.journal: Journal | None = None  # set while recording
         self.converter: ConverterSupervisor | None = None
         self.startup_error: str | None = None
+        self.stop_report: StopReport | None = None
         self._lock: SpoolLock | None = None
         self._key = b""
         self._key_hashes: dict[str, str] = {}
@@ -122,8 +125,9 @@ class Recorder:
         from pathlib import Path
 
         out_dir = Path(config.out).expanduser()
+        private_dirs(out_dir, config.content)
         self._lock = SpoolLock(out_dir / SPOOL_DIR)
-        journal = Journal(out_dir / SPOOL_DIR, self._run_token, config.flush_interval_s)
+        journal = Journal(out_dir / SPOOL_DIR, self._run_token, config.flush_interval_s, config.spool_limit_bytes)
         journal.start()
         self.journal = journal
         spec = ConverterSpec(
@@ -158,55 +162,61 @@ class Recorder:
             task.cancel()
         if self.journal is None:
             return
+        shutdown = len(self.live)
         for cap in self.live.values():
             cap.outcome = "shutdown"
             cap.end_ns = cap.end_ns or time.perf_counter_ns()
             self.journal.submit(cap)
         self.live.clear()
-        self.journal.close()  # writes the end-of-run marker the converter waits for
-        filed = self.converter.stop(CONVERTER_STOP_TIMEOUT_S)
-        counters = self.counters()
+        ended = self.journal.close()  # the end-of-run marker the converter waits for
+        filed = ended and self.converter.stop(CONVERTER_STOP_TIMEOUT_S)
+        self.stop_report = StopReport.of(self, shutdown, filed)
         self._release()
-        if filed:
-            log.info("llmreplay recorder stopped: %s", counters)
-        else:
-            log.critical(
-                "llmreplay recorder stopped, some rows still in %s/%s: %s",
-                self.config.out,
-                SPOOL_DIR,
-                counters,
-            )
+        (log.info if self.stop_report.ok else log.critical)("llmreplay recorder stopped: %s", self.stop_report)
 
     def counters(self) -> dict:
         journal = self.journal
         return {
             "seen": self.seen,
-            "recorded": journal.captures_written if journal else 0,
+            "journaled": journal.captures_written if journal else 0,
+            "dropped": journal.dropped if journal else 0,
             "live": len(self.live),
-            "journal_backlog": journal.backlog if journal else 0,
+            "journal_backlog_bytes": journal.backlog_bytes if journal else 0,
             "passed_through": self.passed_through,
             "converter_restarts": self.converter.restarts if self.converter else 0,
         }
 
     async def _tick(self) -> None:
-        """Watermark into the journal every flush interval, converter health too; counters and lag less often."""
+        """Watermark into the journal every flush interval, converter health too; counters and lag less often.
+
+        Never stops the proxy: when filing is impaired it says so once a minute and carries on.
+        """
         config = self.config
-        last_stats = time.monotonic()
+        last_stats = last_alarm = time.monotonic() - IMPAIRED_LOG_S
         while True:
             await asyncio.sleep(config.flush_interval_s)
-            self.journal.tick(self._watermark_unix_ns(config.reorder_window_s))
-            if self.journal.failure is not None:
-                log.critical(
-                    "llmreplay recorder: journal failed (%s); stopping the proxy", self.journal.failure
-                )
-                ctx.master.shutdown()  # unrecorded traffic is worse than a stopped recorder
-                return
-            if not self.converter.check():
-                ctx.master.shutdown()
-                return
-            if time.monotonic() - last_stats >= config.stats_interval_s:
-                last_stats = time.monotonic()
-                log.info("llmreplay recorder: %s loop_lag_ms=%s", self.counters(), self.lag.take_summary_ms())
+            try:
+                self.journal.tick(self._watermark_unix_ns(config.reorder_window_s))
+                self.converter.check()
+                now = time.monotonic()
+                impaired = self._impairment()
+                if impaired and now - last_alarm >= IMPAIRED_LOG_S:
+                    last_alarm = now
+                    log.critical("llmreplay recorder: filing impaired (%s); forwarding goes on. %s",
+                                 impaired, self.counters())  # fmt: skip
+                if now - last_stats >= config.stats_interval_s:
+                    last_stats = now
+                    log.info("llmreplay recorder: %s loop_lag_ms=%s", self.counters(), self.lag.take_summary_ms())
+            except Exception:  # noqa: BLE001 - the tick must outlive any surprise
+                log.exception("llmreplay recorder: tick failed")
+
+    def _impairment(self) -> str | None:
+        journal, converter = self.journal, self.converter
+        if journal.impaired:
+            return f"{journal.impaired}; {journal.dropped} captures dropped so far"
+        if not converter.up:
+            return f"the converter is down: {converter.last_problem or 'starting'}"
+        return None
 
     def _watermark_unix_ns(self, window_s: float) -> int:
         now = self._unix_ns(time.perf_counter_ns())

@@ -63,6 +63,12 @@ def _upstream(url: str) -> str:
     default=None,
     help="New Parquet file after a time and/or size: 1h, 256MB, '1h,256MB' [default: 1h].",
 )
+@click.option(
+    "--spool-limit",
+    default=None,
+    help="Disk kept for unconverted captures while filing lags or is down; beyond it new captures"
+    " are dropped and counted, traffic still flows [default: 4GB].",
+)
 @click.option("--duration", default=None, help="Stop (gracefully) after this long: 90s, 15m, 24h.")
 @click.option(
     "--max-sessions",
@@ -83,7 +89,7 @@ def _upstream(url: str) -> str:
 )
 @click.option("--uvloop", is_flag=True, default=False, help="Run mitmproxy on uvloop (less CPU per request).")
 def record(upstream, listen, out, content, session_header, session_from_user, tokenizer, key_file, block_size,
-           paths, rotate, duration, max_sessions, drain_timeout, stats_interval, confdir, uvloop):  # fmt: skip
+           paths, rotate, spool_limit, duration, max_sessions, drain_timeout, stats_interval, confdir, uvloop):  # fmt: skip
     """Record LLM traffic at the gateway: stream it through untouched, write one trace row per request."""
     import logging
 
@@ -100,6 +106,7 @@ def record(upstream, listen, out, content, session_header, session_from_user, to
         "block_size": block_size,
         "paths": tuple(paths) or None,
         "rotate": rotate,
+        "spool_limit": spool_limit,
         "max_sessions": max_sessions,
         "stats_interval_s": parse_duration_s(stats_interval, "--stats-interval") if stats_interval else None,
     }
@@ -121,4 +128,4 @@ def record(upstream, listen, out, content, session_header, session_from_user, to
         f"llmreplay record: {run.listen_host}:{run.listen_port} -> {run.upstream}, writing to {config.out}",
         err=True,
     )
-    run_recorder(run)
+    raise SystemExit(run_recorder(run))

@@ -42,6 +42,7 @@ class RecorderConfig:
     session_from_user: bool = False
     max_sessions: int = 100_000
     rotate: str = "1h"
+    spool_limit: str = "4GB"  # journal bytes kept on disk while the converter lags or is down
     flush_interval_s: float = 0.5
     stats_interval_s: float = 60.0
     max_capture_bytes: int = 16 * 1024 * 1024
@@ -65,6 +66,7 @@ class RecorderConfig:
         if not self.paths or any(not p.startswith("/") for p in self.paths):
             raise BadInput(f"--path {list(self.paths)}: each path pattern must start with '/'")
         parse_rotate(self.rotate)
+        parse_size_bytes(self.spool_limit, "--spool-limit")
         return self
 
     @property
@@ -74,6 +76,10 @@ class RecorderConfig:
     @property
     def rotate_bytes(self) -> int | None:
         return parse_rotate(self.rotate)[1]
+
+    @property
+    def spool_limit_bytes(self) -> int:
+        return parse_size_bytes(self.spool_limit, "--spool-limit")
 
 
 def option_names() -> list[str]:

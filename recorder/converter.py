@@ -16,8 +16,10 @@ from pathlib import Path
 
 from llmreplay.errors import BadInput
 from llmreplay.trace_format import TraceMeta
+from llmreplay.trace_values import bounded_row
 from recorder.capture import Capture
 from recorder.converter_spec import ConverterSpec
+from recorder.dead_letter import DeadLetters, rejected_ids
 from recorder.frames import CAPTURE, WATERMARK, decode_capture, watermark_of
 from recorder.journal import journal_segments
 from recorder.journal_tail import JournalTail, read_dead_segment
@@ -32,8 +34,9 @@ IDLE_WAIT_S = 0.05
 LOCK_WAIT_S = 60.0
 
 
-def run_converter(spec: ConverterSpec, ready) -> None:
-    """multiprocessing target. Sends ("ready", tokenizer id) or ("error", message) on `ready`."""
+def run_converter(spec: ConverterSpec, pipe) -> None:
+    """multiprocessing target. Sends ("ready", tokenizer id) or ("error", message) on `pipe`, and
+    ("done", counts) after a clean end of run."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # so does a service manager's stop
     os.nice(10)  # the proxy carries live traffic; this work can wait for a free core
@@ -41,11 +44,12 @@ def run_converter(spec: ConverterSpec, ready) -> None:
     try:
         converter = Converter(spec)
     except BadInput as exc:
-        ready.send(("error", str(exc)))
+        pipe.send(("error", str(exc)))
         raise SystemExit(2) from None
-    ready.send(("ready", converter.meta.tokenizer))
-    ready.close()
-    converter.run()
+    pipe.send(("ready", converter.meta.tokenizer))
+    stats = converter.run()
+    pipe.send(("done", stats))
+    pipe.close()
 
 
 class Converter:
@@ -79,6 +83,8 @@ class Converter:
             )
         )
         self.problems = 0
+        self.dead_letters = DeadLetters(self.spool_dir)
+        self.filer.reject = self.dead_letters.reject_row
 
     def _new_builder(self) -> RecordBuilder:
         return RecordBuilder(self.settings, SessionTracker(self.spec.max_sessions))
@@ -86,7 +92,7 @@ class Converter:
     # -- recovery --------------------------------------------------------------------------
     def recover(self) -> set[str]:
         """Finish what dead predecessors left; returns the live run's ids that are already filed."""
-        recovered = recover_spool(self.out_dir, self.meta)
+        recovered = recover_spool(self.out_dir, self.meta, self.dead_letters.reject_row)
         if recovered:
             log.warning("recovered %d rows left in the row spool by a stopped converter", recovered)
         live_ids: set[str] = set()
@@ -98,27 +104,29 @@ class Converter:
                 dead_runs.setdefault(token, []).append(path)
         for token, paths in dead_runs.items():
             self._recover_dead_run(token, paths)
-        return filed_ids(self.out_dir, {self.spec.run_token}, live_ids)
+        return filed_ids(self.out_dir, {self.spec.run_token}, live_ids) | rejected_ids(self.spool_dir)
 
     def _recover_dead_run(self, token: str, paths: list[Path]) -> None:
         """A run whose proxy died: its journal holds every capture it finished; file those not filed yet."""
         frames = [frame for path in paths for frame in read_dead_segment(path)]
-        filed = filed_ids(self.out_dir, {token}, set(_capture_ids(frames)))
+        filed = filed_ids(self.out_dir, {token}, set(_capture_ids(frames))) | rejected_ids(self.spool_dir)
         builder, rows = self._new_builder(), []
-        for kind, meta, blob in frames:
-            if kind == CAPTURE:
-                cap = decode_capture(meta, blob)
-                if cap.request_id not in filed:
-                    rows.append(self._build_row(cap, builder))
+        for frame in frames:
+            if frame[0] == CAPTURE:
+                row = self._convert(frame, builder, filed)
+                if row is not None:
+                    rows.append(row)
         if rows:
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-            write_rows(self.out_dir / f"trace-{stamp}-{token}-journal{os.getpid()}.parquet", rows, self.meta)
+            path = self.out_dir / f"trace-{stamp}-{token}-journal{os.getpid()}.parquet"
+            write_rows(path, rows, self.meta, self.dead_letters.reject_row)
             log.warning("recovered %d requests from the journal of an earlier run (%s)", len(rows), token)
         for path in paths:
             path.unlink()
 
     # -- live ------------------------------------------------------------------------------
-    def run(self) -> None:
+    def run(self) -> dict:
+        """Recover, then tail the live journal until its end-of-run marker; returns the run's counts."""
         skip = self.recover()
         tail = JournalTail(self.spool_dir, self.spec.run_token)
         filer, spec = self.filer, self.spec
@@ -127,13 +135,13 @@ class Converter:
         while True:
             frames = tail.read()
             rows = []
-            for kind, meta, blob in frames:
-                if kind == CAPTURE:
-                    cap = decode_capture(meta, blob)
-                    if cap.request_id not in skip:
-                        rows.append(self._build_row(cap, self.builder))
-                elif kind == WATERMARK:
-                    filer.watermark(watermark_of(meta))
+            for frame in frames:
+                if frame[0] == CAPTURE:
+                    row = self._convert(frame, self.builder, skip)
+                    if row is not None:
+                        rows.append(row)
+                elif frame[0] == WATERMARK:
+                    filer.watermark(watermark_of(frame[1]))
             filer.add(rows)
             built += len(rows)
             if tail.run_ended:
@@ -148,36 +156,71 @@ class Converter:
             filer.file_ready()
             if now - last_stats >= spec.stats_interval_s:
                 last_stats = now
-                log.info("rows=%d in_files=%d problems=%d", built, filer.rows_in_files, self.problems)
+                log.info(
+                    "rows=%d in_files=%d problems=%d rejected=%d",
+                    built,
+                    filer.rows_in_files,
+                    self.problems,
+                    self.dead_letters.count,
+                )
             if os.getppid() != spec.parent_pid:
                 log.error("the proxy is gone; the journal and row spool are recovered at the next start")
                 os._exit(3)
             if not frames:
                 time.sleep(IDLE_WAIT_S)
         tail.close()
-        log.info(
-            "stopped: rows=%d in_files=%d files=%d problems=%d",
-            built,
-            filer.rows_in_files,
-            filer.files_written,
-            self.problems,
-        )
+        stats = {
+            "rows": built,
+            "in_files": filer.rows_in_files,
+            "files": filer.files_written,
+            "problems": self.problems,
+            "rejected": self.dead_letters.count,
+        }
+        log.info("stopped: %s", " ".join(f"{k}={v}" for k, v in stats.items()))
+        return stats
+
+    def _convert(self, frame: tuple[bytes, bytes, bytes], builder: RecordBuilder, skip: set[str]) -> dict | None:
+        """One capture frame -> a checked row; None when it is skipped or dead-lettered (never raises)."""
+        kind, meta, blob = frame
+        request_id = "unknown"
+        try:
+            cap = decode_capture(meta, blob)
+            request_id = cap.request_id
+            if request_id in skip:
+                return None
+            return self._build_row(cap, builder)
+        except Exception as exc:  # noqa: BLE001 - one bad request must not stop the rows after it
+            log.debug("request %s: conversion failed", request_id, exc_info=True)
+            self.dead_letters.reject_frame(request_id, kind, meta, blob, f"{type(exc).__name__}: {exc}")
+            if request_id != "unknown":
+                skip.add(request_id)
+            return None
 
     def _build_row(self, cap: Capture, builder: RecordBuilder) -> dict:
         record, problems = builder.build(cap)
+        row = bounded_row(record.to_row())
+        if row.get("invalid_fields"):
+            problems.append("out of range, recorded as null: " + ", ".join(row["invalid_fields"]))
         if problems:
             self.problems += 1
             log.info("request %s: recorded with problems: %s", cap.request_id, "; ".join(problems))
-        row = record.to_row()
         if not self.meta.content:
             row = {k: v for k, v in row.items() if not k.startswith("content_")}
         return row
 
 
 def _capture_ids(frames) -> list[str]:
+    """Request ids of the capture frames; a frame whose meta is unreadable is left to `_convert`."""
     import orjson
 
-    return [orjson.loads(meta)["request_id"] for kind, meta, _ in frames if kind == CAPTURE]
+    ids = []
+    for kind, meta, _ in frames:
+        if kind == CAPTURE:
+            try:
+                ids.append(orjson.loads(meta)["request_id"])
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                continue
+    return ids
 
 
 def _delete(paths: list[Path]) -> None:

@@ -31,13 +31,13 @@ class RecordRun:
     recorder: RecorderConfig = field(default_factory=RecorderConfig)
 
 
-def run_recorder(run: RecordRun) -> None:
+def run_recorder(run: RecordRun) -> int:
+    """Serve until the operator stops it; the exit status: 0 when everything seen was filed, else 1."""
     if run.uvloop:
         import uvloop
 
-        uvloop.run(_serve(run))
-    else:
-        asyncio.run(_serve(run))
+        return uvloop.run(_serve(run))
+    return asyncio.run(_serve(run))
 
 
 def minimal_master():
@@ -62,7 +62,7 @@ def minimal_master():
     return opts, master
 
 
-async def _serve(run: RecordRun) -> None:
+async def _serve(run: RecordRun) -> int:
     from mitmproxy import exceptions
 
     from recorder.addon import OPTION_PREFIX, Recorder
@@ -101,6 +101,11 @@ async def _serve(run: RecordRun) -> None:
     await master.run()
     if recorder.startup_error:
         raise BadInput(recorder.startup_error)
+    report = recorder.stop_report
+    if not draining:
+        log.critical("llmreplay recorder: the proxy stopped without being asked to; see the log above")
+        return 1
+    return 0 if report is None or report.ok else 1
 
 
 async def _drain(master, recorder, timeout_s: float) -> None:

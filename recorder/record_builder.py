@@ -6,6 +6,7 @@ reported back as a problem string (counted, never written).
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from llmreplay.prefix_hash import prefix_block_hashes
 from llmreplay.sse import SSESplitter
 from llmreplay.tokenizers import Tokenizer
 from llmreplay.trace_format import MessageShape, TraceRecord
+from llmreplay.trace_values import fits
 from recorder.capture import Capture
 from recorder.decoding import make_decoder
 from recorder.keys import keyed_hash
@@ -45,7 +47,7 @@ class RecordBuilder:
         request = _parse_request(cap, problems, self.settings.content)
         response = _parse_response(cap, problems)
         error_kind = classify_error(cap, request, response)
-        tokens = self._count_tokens(request, response)
+        tokens = self._count_tokens(request, response, problems)
         answer = _answer_message(response) if error_kind is None and response is not None else None
         link = self._link_session(cap, request, answer)
         settings = self.settings
@@ -97,7 +99,9 @@ class RecordBuilder:
         )
         return record, problems
 
-    def _count_tokens(self, request: RequestShape, response: ResponseShape | None) -> _Tokens:
+    def _count_tokens(
+        self, request: RequestShape, response: ResponseShape | None, problems: list[str]
+    ) -> _Tokens:
         encode = self.encodings.encode
         messages, prompt_ids = (), []
         if request.messages is not None:
@@ -114,6 +118,9 @@ class RecordBuilder:
         tools = len(encode(request.tools_json)) if request.tools_json else 0
         schema = len(encode(request.schema_json)) if request.schema_json else 0
         server_prompt = response.prompt_tokens if response else None
+        if server_prompt is not None and not fits("prompt_tokens", server_prompt):
+            problems.append(f"usage.prompt_tokens {server_prompt} out of range; counted with the tokenizer")
+            server_prompt = None
         source = "server_usage" if server_prompt is not None else "tokenizer"
         prompt = server_prompt if server_prompt is not None else len(prompt_ids) + tools
         completion = response.completion_tokens if response else None
@@ -270,11 +277,18 @@ def _answer_message(response: ResponseShape) -> ChatMessage:
 
 
 def _retry_after_ms(value: str | None) -> int | None:
+    """Retry-After in ms as the upstream sent it; a value the column cannot hold (nan, inf, negative,
+    1e20 s) comes out out of range, so the row check nulls it and names it in invalid_fields."""
     try:
         seconds = float(value) if value else None
     except ValueError:
         return None  # an HTTP-date: rare from inference servers, not worth a date parser here
-    return int(seconds * 1000) if seconds is not None and seconds >= 0 else None
+    if seconds is None:
+        return None
+    return int(seconds * 1000) if math.isfinite(seconds) else _OUT_OF_RANGE
+
+
+_OUT_OF_RANGE = 1 << 64  # fits no column: the row check turns it into null + invalid_fields
 
 
 def _content_columns(request: RequestShape, response: ResponseShape | None) -> dict:

@@ -71,6 +71,17 @@ def leftover_segments(spool_dir: Path) -> list[Path]:
     return sorted(spool_dir.glob(f"*{SUFFIX}"))
 
 
+def private_dirs(out_dir: Path, content: bool) -> None:
+    """The spool (raw request bodies) is always 0700; the output directory too for content traces."""
+    for path, private in ((out_dir, content), (out_dir / SPOOL_DIR, True)):
+        if not private:
+            path.mkdir(parents=True, exist_ok=True)
+            continue
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if path.stat().st_mode & 0o077:
+            path.chmod(0o700)
+
+
 class SpoolLock:
     """One recorder per output directory: two would recover (and delete) each other's spools."""
 

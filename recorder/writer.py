@@ -10,18 +10,22 @@ import heapq
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 
 from llmreplay.trace_format import TraceMeta, trace_schema
 from llmreplay.trace_io import TraceWriter
+from llmreplay.trace_values import UnwritableRow, bounded_row
 from recorder.spool import SPOOL_DIR, SpoolSegment, leftover_segments, read_segment
 
 log = logging.getLogger("llmreplay.recorder")
 
 ROW_GROUP_ROWS = 10_000
+Reject = Callable[[dict, str], None]  # (row, reason): keep a row that cannot be written, elsewhere
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,15 +55,28 @@ class RowFiler:
         self.rows_spooled = 0
         self.rows_in_files = 0
         self.files_written = 0
+        self.reject: Reject = _raise  # the converter sets its dead-letter box here
 
     def add(self, rows: list[dict]) -> None:
         """Spool the rows (the OS has them on return) and hold them until the watermark passes."""
         if not rows:
             return
-        self._open_segment().spool.append(rows)
+        spool = self._open_segment().spool
+        try:
+            spool.append(rows)
+        except (TypeError, orjson.JSONEncodeError):  # nothing was written: find the row that cannot be
+            rows = [row for row in rows if self._spooled_alone(spool, row)]
         self.rows_spooled += len(rows)
         for row in rows:
             self._hold(row)
+
+    def _spooled_alone(self, spool: SpoolSegment, row: dict) -> bool:
+        try:
+            spool.append([row])
+            return True
+        except (TypeError, orjson.JSONEncodeError) as exc:
+            self.reject(row, f"row not serializable: {exc}")
+            return False
 
     def watermark(self, watermark_unix_ns: int) -> None:
         """Every request still live in the proxy arrived at or after this instant."""
@@ -105,7 +122,7 @@ class RowFiler:
     def _open_segment(self) -> _Segment:
         if self._segment is None:
             self._number += 1
-            self._segment = _Segment.create(self.settings, self.spool_dir, self._number)
+            self._segment = _Segment.create(self.settings, self.spool_dir, self._number, self.reject)
         return self._segment
 
     def _rotate(self) -> None:
@@ -122,8 +139,9 @@ class RowFiler:
 class _Segment:
     """One Parquet file in the making and the spool segment that guards its rows."""
 
-    def __init__(self, name: str, settings: WriterSettings, spool: SpoolSegment):
+    def __init__(self, name: str, settings: WriterSettings, spool: SpoolSegment, reject: Reject):
         self.name = name
+        self.reject = reject
         self.settings = settings
         self.spool = spool
         self.started = time.monotonic()
@@ -133,10 +151,10 @@ class _Segment:
         self._written_rows = 0
 
     @classmethod
-    def create(cls, settings: WriterSettings, spool_dir: Path, number: int) -> _Segment:
+    def create(cls, settings: WriterSettings, spool_dir: Path, number: int, reject: Reject) -> _Segment:
         name = f"trace-{_stamp()}-{settings.file_token}-{number:05d}"
-        (spool_dir / f"{name}.meta.json").write_bytes(settings.meta.to_json())
-        return cls(name, settings, SpoolSegment(spool_dir / f"{name}.jsonl"))
+        _write_private(spool_dir / f"{name}.meta.json", settings.meta.to_json())
+        return cls(name, settings, SpoolSegment(spool_dir / f"{name}.jsonl"), reject)
 
     def add(self, rows: list[dict]) -> None:
         self._pending.extend(rows)
@@ -159,21 +177,25 @@ class _Segment:
             self._writer = TraceWriter(
                 self.path, self.settings.meta, row_group_size=ROW_GROUP_ROWS
             ).__enter__()
-        self._writer.write_table(
-            pa.Table.from_pylist(self._pending, schema=trace_schema(self.settings.meta.content))
-        )
+        self._writer.write_table(rows_table(self._pending, self.settings.meta, self.reject))
         self._written_rows += len(self._pending)
         self._pending = []
 
     def finish(self, late: list[dict]) -> None:
         """Late rows first, then the main file's rename, then the spool goes: the recovery order relies on it."""
         if late:
-            write_rows(self.settings.out_dir / f"{self.name}-late.parquet", late, self.settings.meta)
+            write_rows(self.settings.out_dir / f"{self.name}-late.parquet", late, self.settings.meta, self.reject)
         self._write_pending()
         if self._writer is not None:
             self._writer.__exit__(None, None, None)
         self.spool.close_and_delete()
         (self.spool.path.with_suffix(".meta.json")).unlink(missing_ok=True)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
 
 
 def _stamp() -> str:
@@ -186,14 +208,44 @@ def run_token_of(file_name: str) -> str:
     return parts[2] if len(parts) > 3 else ""
 
 
-def write_rows(path: Path, rows: list[dict], meta: TraceMeta) -> None:
+def _raise(row: dict, reason: str) -> None:
+    raise ValueError(f"request {row.get('request_id')}: {reason}")
+
+
+def rows_table(rows: list[dict], meta: TraceMeta, reject: Reject = _raise) -> pa.Table:
+    """The rows as a trace table; a row Arrow refuses (the row check should make that impossible) is
+    handed to `reject` and left out, so it cannot take the rows of its batch with it."""
+    schema = trace_schema(meta.content)
+    try:
+        return pa.Table.from_pylist(rows, schema=schema)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        kept = []
+        for row in rows:
+            try:
+                pa.Table.from_pylist([row], schema=schema)
+                kept.append(row)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                reject(row, f"not convertible to the trace schema: {exc}")
+        return pa.Table.from_pylist(kept, schema=schema)
+
+
+def _checked(row: dict, reject: Reject) -> bool:
+    try:
+        bounded_row(row)
+        return True
+    except UnwritableRow as exc:
+        reject(row, str(exc))
+        return False
+
+
+def write_rows(path: Path, rows: list[dict], meta: TraceMeta, reject: Reject = _raise) -> None:
     """A whole sorted trace file from row dicts, atomically."""
     rows = sorted(rows, key=lambda row: row["arrival_time"])
     with TraceWriter(path, meta) as writer:
-        writer.write_table(pa.Table.from_pylist(rows, schema=trace_schema(meta.content)))
+        writer.write_table(rows_table(rows, meta, reject))
 
 
-def recover_spool(out_dir: Path, meta: TraceMeta) -> int:
+def recover_spool(out_dir: Path, meta: TraceMeta, reject: Reject = _raise) -> int:
     """Turn row-spool segments left by a dead converter into Parquet files; returns the rows recovered.
 
     A row may sit in two segments (rotation carries held rows forward) and in a finished file (the
@@ -210,9 +262,11 @@ def recover_spool(out_dir: Path, meta: TraceMeta) -> int:
         name = segment.name.removesuffix(".jsonl")
         meta_path = spool_dir / f"{name}.meta.json"
         segment_meta = TraceMeta.from_json(meta_path.read_bytes()) if meta_path.exists() else meta
+        # spools of older versions may hold rows no reader takes (the poison of issue #12): check again
         fresh = {row.get("request_id"): row for row in rows if row.get("request_id") not in filed}
+        fresh = {rid: row for rid, row in fresh.items() if _checked(row, reject)}
         if fresh:
-            write_rows(out_dir / f"{name}-recovered.parquet", list(fresh.values()), segment_meta)
+            write_rows(out_dir / f"{name}-recovered.parquet", list(fresh.values()), segment_meta, reject)
             filed.update(fresh)
             recovered += len(fresh)
         segment.unlink()

@@ -224,7 +224,8 @@ def test_recorder_in_front_of_sim(processes, start_sim, tmp_path):
     _check_no_secret(out, [API_KEY, (tmp_path / "recorder.key").read_text().strip()])
     log_text = b"".join(p.read_bytes() for p in tmp_path.glob("recorder-*.log")).decode()
     assert API_KEY not in log_text
-    assert "'seen': 12" in log_text and "'recorded': 12" in log_text  # counters logged on exit
+    assert "stopped: 12 LLM requests seen, 12 journaled" in log_text  # the stop summary, in words
+    assert "Every journaled request is filed in Parquet." in log_text
 
 
 def _check_timing_against_ground_truth(rows: dict, truth_path: Path, names: list[str]) -> None:
@@ -388,7 +389,7 @@ def test_a_killed_converter_is_restarted_and_loses_nothing(processes, start_sim,
     stop(proc)
     assert proc.returncode == 0
     log_text = "".join(p.read_text() for p in tmp_path.glob("recorder-*.log"))
-    assert "the converter process died" in log_text and "'converter_restarts': 1" in log_text
+    assert "the converter died (exit code -9)" in log_text and "converter restarted 1 time" in log_text
     key = load_or_create_key(tmp_path / "recorder.key")
     users = read_trace(out).table.column("user_id").to_pylist()  # read_trace refuses duplicate ids
     assert sorted(users) == sorted(keyed_hash(key, name, "u") for name in sent)

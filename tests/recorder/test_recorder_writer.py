@@ -123,7 +123,7 @@ def test_journal_is_tailed_in_order_across_rotations(tmp_path, monkeypatch):
 
     monkeypatch.setattr(recorder.journal, "SEGMENT_S", 0.1)
     spool = tmp_path / SPOOL_DIR
-    journal = Journal(spool, "abc", flush_interval_s=0.05)
+    journal = Journal(spool, "abc", flush_interval_s=0.05, limit_bytes=1 << 30)
     journal.start()
     tail, seen = JournalTail(spool, "abc"), []
     for i in range(8):
