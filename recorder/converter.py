@@ -182,18 +182,18 @@ class Converter:
     def _convert(self, frame: tuple[bytes, bytes, bytes], builder: RecordBuilder, skip: set[str]) -> dict | None:
         """One capture frame -> a checked row; None when it is skipped or dead-lettered (never raises)."""
         kind, meta, blob = frame
-        request_id = "unknown"
         try:
             cap = decode_capture(meta, blob)
-            request_id = cap.request_id
-            if request_id in skip:
+            if cap.request_id in skip:
                 return None
             return self._build_row(cap, builder)
         except Exception as exc:  # noqa: BLE001 - one bad request must not stop the rows after it
+            request_id = next(iter(_capture_ids([frame])), "unknown")
+            if request_id in skip:
+                return None
             log.debug("request %s: conversion failed", request_id, exc_info=True)
             self.dead_letters.reject_frame(request_id, kind, meta, blob, f"{type(exc).__name__}: {exc}")
-            if request_id != "unknown":
-                skip.add(request_id)
+            skip.add(request_id)
             return None
 
     def _build_row(self, cap: Capture, builder: RecordBuilder) -> dict:
@@ -217,9 +217,11 @@ def _capture_ids(frames) -> list[str]:
     for kind, meta, _ in frames:
         if kind == CAPTURE:
             try:
-                ids.append(orjson.loads(meta)["request_id"])
+                request_id = orjson.loads(meta)["request_id"]
             except (orjson.JSONDecodeError, KeyError, TypeError):
                 continue
+            if isinstance(request_id, str):
+                ids.append(request_id)
     return ids
 
 

@@ -94,6 +94,7 @@ async def _serve(run: RecordRun) -> int:
         log.info("llmreplay recorder: %s, draining %d live requests", reason, len(recorder.live))
         draining.append(loop.create_task(_drain(master, recorder, run.drain_timeout_s)))
 
+    loop.set_exception_handler(_quiet_cancellations)
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, drain, signal.Signals(signum).name)
     if run.duration_s is not None:
@@ -114,6 +115,13 @@ async def _drain(master, recorder, timeout_s: float) -> None:
     while recorder.live and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     master.shutdown()
+
+
+def _quiet_cancellations(loop, context: dict) -> None:
+    """mitmproxy cancels open client connections at shutdown; asyncio would print each as a traceback."""
+    if isinstance(context.get("exception"), asyncio.CancelledError):
+        return
+    loop.default_exception_handler(context)
 
 
 def _option_value(value):

@@ -50,6 +50,8 @@ def decode_capture(meta_json: bytes, blob: bytes) -> Capture:
     for stamp, size in zip(meta["read_ns"], meta["read_bytes"], strict=True):
         reads.append((stamp, blob[offset : offset + size]))
         offset += size
+    if offset != len(blob):
+        raise ValueError(f"capture frame: reads cover {offset} of {len(blob)} blob bytes")
     cap.reads = reads
     return cap
 

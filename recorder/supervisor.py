@@ -45,14 +45,15 @@ class ConverterSupervisor:
         if not self._pipe.poll(START_TIMEOUT_S):
             self._process.kill()
             self._process.join(5)
-            self._down(f"not ready after {START_TIMEOUT_S:g}s")
+            self._down(f"not ready after {START_TIMEOUT_S:g}s", at_start=True)
             return
         message = self._receive()
         if message is not None and message[0] == "error":
             self._process.join(5)
             raise BadInput(message[1])
         if not self._ready:
-            self._down(f"exited at start (code {self._process.exitcode})")
+            self._process.join(5)
+            self._down(f"exited at start (code {self._process.exitcode})", at_start=True)
 
     def check(self) -> None:
         """Called every flush interval on the event loop; never blocks (a non-blocking waitpid and poll)."""
@@ -105,13 +106,16 @@ class ConverterSupervisor:
     def up(self) -> bool:
         return self._restart_at is None and self._ready
 
-    def _down(self, why: str) -> None:
-        """The converter is not running: schedule the next start with exponential backoff."""
+    def _down(self, why: str, at_start: bool = False) -> None:
+        """The converter is not running: schedule the next start with exponential backoff.
+
+        At start-up this is a warning: mitmproxy shuts down on an error logged while it starts.
+        """
         now = time.monotonic()
         self.down_since = self.down_since or now
         self.last_problem = why
         self._restart_at = now + self._backoff_s
-        log.critical(
+        (log.warning if at_start else log.critical)(
             "llmreplay recorder: the converter %s; restarting it in %gs. Forwarding goes on and nothing"
             " is lost: the journal keeps every capture until it is converted",
             why,

@@ -394,3 +394,43 @@ def test_a_killed_converter_is_restarted_and_loses_nothing(processes, start_sim,
     users = read_trace(out).table.column("user_id").to_pylist()  # read_trace refuses duplicate ids
     assert sorted(users) == sorted(keyed_hash(key, name, "u") for name in sent)
     assert not list((out / ".spool").glob("*.frames")) and not list((out / ".spool").glob("*.jsonl"))
+
+
+def test_converter_deaths_at_start_and_after_never_stop_the_proxy(processes, start_sim, tmp_path):
+    """Issue #12: four converter deaths in a row (the first during start-up) stopped the proxy, exit 0."""
+    import psutil
+
+    sim = start_sim()
+    out = tmp_path / "trace"
+    port = free_port()
+    cmd = llmreplay_cmd(
+        "record", "--upstream", sim, "--listen", f"127.0.0.1:{port}", "-o", str(out),
+        "--key-file", str(tmp_path / "recorder.key"), "--tokenizer", TOKENIZER,
+        "--confdir", str(tmp_path / "mitmproxy"), "--stats-interval", "1s",
+    )  # fmt: skip
+    proc = processes.start(cmd, "recorder")
+    killed: set[int] = set()
+    deadline = time.monotonic() + 30
+    while len(killed) < 4 and time.monotonic() < deadline:  # each new converter dies as soon as it is seen
+        for child in psutil.Process(proc.pid).children():
+            if child.pid not in killed and "resource_tracker" not in " ".join(child.cmdline()):
+                child.kill()
+                killed.add(child.pid)
+        time.sleep(0.02)
+    assert len(killed) == 4 and proc.poll() is None
+    base = f"http://127.0.0.1:{port}"
+    from live_processes import wait_http_ok
+
+    wait_http_ok(f"{base}/health", proc=proc)
+    cli = client(base)
+    names = [f"survivor-{i}" for i in range(5)]
+    for name in names:  # forwarded while the converter waits out its backoff
+        chat(cli, name, [{"role": "user", "content": name}], max_tokens=2)
+    time.sleep(9)  # backoff after four deaths: 1 + 2 + 4 + 8 s at most, counted from each death
+    stop(proc)
+    assert proc.returncode == 0
+    key = load_or_create_key(tmp_path / "recorder.key")
+    users = read_trace(out).table.column("user_id").to_pylist()
+    assert sorted(users) == sorted(keyed_hash(key, name, "u") for name in names)
+    log_text = "".join(p.read_text() for p in tmp_path.glob("recorder-*.log"))
+    assert "restarting it in" in log_text and "Every journaled request is filed in Parquet." in log_text
