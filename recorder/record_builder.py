@@ -236,9 +236,13 @@ def classify_error(cap: Capture, request: RequestShape, response: ResponseShape 
         return "shutdown"
     if cap.outcome == "error":
         message = (cap.error_msg or "").lower()
+        if cap.request_body is None and cap.request_error is None:
+            return "client_disconnected"  # the request hook never ran: the client stopped sending its body
         if "client disconnected" in message or "reset by client" in message:
-            # SDKs hang up as soon as [DONE] arrives, often before the chunked terminator: that is a success
+            # SDKs hang up as soon as [DONE] arrives, often before the chunked terminator: that is a success;
+            # not over HTTP/2, where a client that has read the end cannot reset it (recorder/h2_streams.py)
             complete = response is not None and response.done_seen and not response.stream_error
+            complete = complete and not message.startswith("client disconnected (http/2: ")
             return None if complete else "client_disconnected"
         if "timeout" in message or "timed out" in message:
             return "timeout"

@@ -434,3 +434,20 @@ def test_converter_deaths_at_start_and_after_never_stop_the_proxy(processes, sta
     assert sorted(users) == sorted(keyed_hash(key, name, "u") for name in names)
     log_text = "".join(p.read_text() for p in tmp_path.glob("recorder-*.log"))
     assert "restarting it in" in log_text and "Every journaled request is filed in Parquet." in log_text
+
+
+def test_a_half_sent_body_then_close_is_a_client_disconnect(processes, start_sim, tmp_path):
+    import socket
+
+    sim = start_sim()
+    out = tmp_path / "trace"
+    base, proc = start_recorder(processes, tmp_path, sim, out)
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(head + b"Content-Length: 500\r\n\r\n" + b'{"model":"m","messages":[')
+        time.sleep(0.3)
+    time.sleep(0.5)
+    stop(proc)
+    rows = read_trace(out).table.select(["error_kind", "http_status"]).to_pylist()
+    assert rows == [{"error_kind": "client_disconnected", "http_status": None}]
