@@ -13,7 +13,7 @@ ERROR_KINDS = (
     "http_4xx",  # a 4xx status other than 429
     "rate_limited_429",  # 429; Retry-After kept in retry_after_ms
     "http_5xx",  # any 5xx status
-    "stream_error",  # an SSE `error` event or error object inside a 200 stream
+    "stream_error",  # an error object inside a 200 answer: an SSE `error` event, or a whole JSON body
     "stream_truncated",  # the stream ended without [DONE] or without a finish reason
     "cancelled",  # cancelled by the replayer, mirroring a production client disconnect
     "client_disconnected",  # the production client hung up mid-request (recorder)
@@ -31,4 +31,14 @@ def error_kind_for_status(status: int) -> str | None:
         return "http_4xx"
     if status >= 500:
         return "http_5xx"
+    return None
+
+
+def error_object_kind(body: dict) -> str | None:
+    """The kind of a 200 JSON answer (or SSE event) that carries an OpenAI error object instead of output.
+
+    One rule for the recorder and the replayer, so production and staging count such answers alike.
+    """
+    if body.get("error") is not None and not body.get("choices") and "data" not in body:
+        return "stream_error"
     return None

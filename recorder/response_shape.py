@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import orjson
 
 from llmreplay.chat_text import content_text
+from llmreplay.error_kinds import error_object_kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +188,7 @@ def summarize_json(body: bytes, endpoint: str) -> ResponseShape:
         cached_tokens=usage[2],
         finish_reason=finish if isinstance(finish, str) else None,
         done_seen=True,
-        stream_error="error" in data and not data.get("choices"),
+        stream_error=error_object_kind(data) is not None,
     )
 
 

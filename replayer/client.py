@@ -20,7 +20,7 @@ from collections import deque
 import httptools
 import orjson
 
-from llmreplay.error_kinds import error_kind_for_status
+from llmreplay.error_kinds import error_kind_for_status, error_object_kind
 from replayer.http_pool import Connection, ConnectionPool
 from replayer.sse import SseStream
 
@@ -378,8 +378,9 @@ def _read_whole(body: bytes, content_type: str, outcome: Outcome, asked_stream: 
     if not isinstance(obj, dict):
         outcome.fail("invalid_response", "body is not a JSON object")
         return
-    if obj.get("error") is not None:
-        outcome.fail("stream_error" if asked_stream else "invalid_response", str(obj["error"])[:200])
+    kind = error_object_kind(obj)
+    if kind is not None:
+        outcome.fail(kind, str(obj["error"])[:200])
         return
     if asked_stream:
         outcome.fail("invalid_response", f"asked for a stream, got {content_type or 'no content type'}")

@@ -146,6 +146,7 @@ def test_json_response_summary():
 
 def capture(**state) -> Capture:
     cap = Capture("r", "chat_completions", 0, 0, 1024)
+    cap.request_body = b"{}"  # the request hook ran: the client sent its whole body
     for key, value in state.items():
         setattr(cap, key, value)
     return cap
@@ -154,6 +155,8 @@ def capture(**state) -> Capture:
 def test_error_classification():
     shape, ok = RequestShape(), summarize_stream([])
     assert classify_error(capture(outcome="shutdown"), shape, None) == "shutdown"
+    half_sent = capture(outcome="error", error_msg="HTTP/1 protocol error: peer closed connection", request_body=None)
+    assert classify_error(half_sent, shape, None) == "client_disconnected"
     assert (
         classify_error(capture(outcome="error", error_msg="Client disconnected.", status=200), shape, None)
         == "client_disconnected"
