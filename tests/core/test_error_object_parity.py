@@ -5,11 +5,11 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from replayer.client import Outcome, _read_whole
 from recorder.capture import Capture
 from recorder.record_builder import classify_error
 from recorder.request_shape import RequestShape
 from recorder.response_shape import summarize_json
+from replayer.client import Outcome, _read_whole
 
 BODIES = [
     {"error": {"message": "model overloaded", "type": "server_error"}},
