@@ -20,6 +20,7 @@ from llmreplay.errors import BadInput
 from recorder.capture import Capture
 from recorder.config import RecorderConfig, check_tokenizer_spec, option_names
 from recorder.converter_spec import ConverterSpec
+from recorder.h2_streams import H2StreamWatch
 from recorder.journal import Journal
 from recorder.keys import keyed_hash, load_or_create_key
 from recorder.monitor import LagMonitor
@@ -41,6 +42,8 @@ class Recorder:
     def __init__(self) -> None:
         self.config: RecorderConfig | None = None
         self.live: dict[str, Capture] = {}  # insertion order == arrival order: the first is the oldest
+        self.h2_streams = H2StreamWatch()  # HTTP/2 rows wait for their stream's end (recorder/h2_streams.py)
+        self.addons = [self.h2_streams]  # a child addon: mitmproxy calls its hooks too
         self.journal: Journal | None = None  # set while recording
         self.converter: ConverterSupervisor | None = None
         self.startup_error: str | None = None
@@ -162,6 +165,7 @@ class Recorder:
             task.cancel()
         if self.journal is None:
             return
+        self.h2_streams.flush()  # files HTTP/2 rows whose end was delivered; the rest stay live
         shutdown = len(self.live)
         for cap in self.live.values():
             cap.outcome = "shutdown"
@@ -287,7 +291,7 @@ class Recorder:
         response.stream = cap.tap
 
     def response(self, flow: http.HTTPFlow) -> None:
-        cap = self.live.pop(flow.id, None)
+        cap = self.live.get(flow.id)  # stays live until filed
         if cap is None:
             return
         if cap.status is None:  # answered by another addon, without a responseheaders hook for us
@@ -296,7 +300,13 @@ class Recorder:
             cap.reads = [(time.perf_counter_ns(), flow.response.raw_content or b"")]
         cap.end_ns = cap.end_ns or time.perf_counter_ns()
         cap.outcome = "response"
-        self.journal.submit(cap)
+        if not self.h2_streams.hold(flow, cap, self._file):  # HTTP/2: filed once its end reached the client
+            self._file(flow.id)
+
+    def _file(self, flow_id: str) -> None:
+        cap = self.live.pop(flow_id, None)
+        if cap is not None and self.journal is not None:
+            self.journal.submit(cap)
 
     def error(self, flow: http.HTTPFlow) -> None:
         cap = self.live.pop(flow.id, None)
@@ -305,6 +315,7 @@ class Recorder:
         cap.outcome = "error"
         cap.error_msg = _error_message(flow)
         cap.server_connected = flow.server_conn.timestamp_tcp_setup is not None
+        self.h2_streams.errored(flow, cap)  # an HTTP/2 hang-up: named, and cut to what was delivered
         self.journal.submit(cap)
 
     def _api_key_hash(self, api_key: str) -> str:
