@@ -41,7 +41,8 @@ def message_text(message: Any) -> tuple[str, str]:
         return "tool", str(message.get("output") or "")
     role = message.get("role") if isinstance(message.get("role"), str) else "unknown"
     parts = [content_text(message.get("content"))]
-    for call in message.get("tool_calls") or ():
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
         function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict):
             parts.append(f"{function.get('name') or ''}{function.get('arguments') or ''}")

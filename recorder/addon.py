@@ -165,12 +165,15 @@ class Recorder:
             task.cancel()
         if self.journal is None:
             return
-        self.h2_streams.flush()  # files HTTP/2 rows whose end was delivered; the rest stay live
+        self.h2_streams.flush()  # settles HTTP/2 rows whose end was delivered; the rest stay live
         shutdown = len(self.live)
         for cap in self.live.values():
             cap.outcome = "shutdown"
             cap.end_ns = cap.end_ns or time.perf_counter_ns()
-            self.journal.submit(cap)
+            if cap.pending:  # journaled at its response hook; its end never reached the client
+                self.journal.amend(cap)
+            else:
+                self.journal.submit(cap)
         self.live.clear()
         ended = self.journal.close()  # the end-of-run marker the converter waits for
         filed = ended and self.converter.stop(CONVERTER_STOP_TIMEOUT_S)
@@ -300,13 +303,18 @@ class Recorder:
             cap.reads = [(time.perf_counter_ns(), flow.response.raw_content or b"")]
         cap.end_ns = cap.end_ns or time.perf_counter_ns()
         cap.outcome = "response"
-        if not self.h2_streams.hold(flow, cap, self._file):  # HTTP/2: filed once its end reached the client
-            self._file(flow.id)
+        if self.h2_streams.hold(flow, cap, self._settle):  # HTTP/2: a reset may still follow
+            cap.pending = True  # journaled now, before the client has the end; settled by an AMEND frame
+            cap.pending = self.journal.submit(cap)
+            return
+        del self.live[flow.id]
+        self.journal.submit(cap)
 
-    def _file(self, flow_id: str) -> None:
+    def _settle(self, flow_id: str) -> None:
+        """An HTTP/2 stream's outcome is final (its end delivered, or the client hung up): amend its row."""
         cap = self.live.pop(flow_id, None)
-        if cap is not None and self.journal is not None:
-            self.journal.submit(cap)
+        if cap is not None and cap.pending and self.journal is not None:
+            self.journal.amend(cap)
 
     def error(self, flow: http.HTTPFlow) -> None:
         cap = self.live.pop(flow.id, None)
@@ -360,7 +368,7 @@ def _first_values(fields, wanted: frozenset[bytes]) -> dict[bytes, str]:
     for name, value in fields:
         name = name.lower()
         if name in wanted and name not in found:
-            found[name] = value.decode("utf-8", "surrogateescape")
+            found[name] = value.decode("utf-8", "backslashreplace")  # journaled as UTF-8: no lone surrogates
     return found
 
 

@@ -39,6 +39,7 @@ class Capture:
         "error_msg",
         "server_connected",
         "outcome",
+        "pending",
     )
 
     def __init__(
@@ -67,6 +68,7 @@ class Capture:
         self.error_msg: str | None = None
         self.server_connected = False
         self.outcome = "live"  # live -> response | error | shutdown
+        self.pending = False  # journaled before its outcome is final: an AMEND frame settles it (HTTP/2)
 
     def tap(self, data: bytes) -> bytes:
         """mitmproxy's stream callable: observe one read and pass it through unchanged.
@@ -92,3 +94,26 @@ class Capture:
     @property
     def last_byte_ns(self) -> int | None:
         return self.end_ns or self.last_read_ns
+
+
+# the scalars an AMEND frame may change: what an HTTP/2 stream's end (or hang-up) settles after the hook
+AMENDED = ("outcome", "error_msg", "server_connected", "end_ns", "last_read_ns", "captured_bytes")
+
+
+def keep_delivered(cap: Capture, delivered: int) -> None:
+    """Cut the capture's reads to their first `delivered` bytes (the row is then built from those only)."""
+    if cap.overflow or delivered >= sum(len(data) for _, data in cap.reads):
+        return  # a capture cut at max_capture_bytes has no byte count to cut by
+    kept: list[tuple[int, bytes]] = []
+    total = 0
+    for stamp, data in cap.reads:
+        if total + len(data) > delivered:
+            if delivered > total:
+                kept.append((stamp, data[: delivered - total]))
+            break
+        kept.append((stamp, data))
+        total += len(data)
+    cap.reads = kept
+    cap.captured_bytes = max(delivered, 0)
+    cap.end_ns = None  # the end of the body never left
+    cap.last_read_ns = kept[-1][0] if kept else None

@@ -20,11 +20,11 @@ from llmreplay.trace_values import bounded_row
 from recorder.capture import Capture
 from recorder.converter_spec import ConverterSpec
 from recorder.dead_letter import DeadLetters, rejected_ids
-from recorder.frames import CAPTURE, WATERMARK, decode_capture, watermark_of
-from recorder.journal import journal_segments
+from recorder.frames import AMEND, CAPTURE, WATERMARK, amended_id, apply_amend, decode_capture, watermark_of
+from recorder.journal import journal_segments, segment_number
 from recorder.journal_tail import JournalTail, read_dead_segment
-from recorder.record_builder import BuildSettings, RecordBuilder
-from recorder.sessions import SessionTracker
+from recorder.record_builder import LINK_NEW, BuildSettings, RecordBuilder
+from recorder.sessions import SessionLink, SessionTracker
 from recorder.spool import SPOOL_DIR
 from recorder.writer import RowFiler, WriterSettings, filed_ids, recover_spool, write_rows
 
@@ -110,12 +110,12 @@ class Converter:
         """A run whose proxy died: its journal holds every capture it finished; file those not filed yet."""
         frames = [frame for path in paths for frame in read_dead_segment(path)]
         filed = filed_ids(self.out_dir, {token}, set(_capture_ids(frames))) | rejected_ids(self.spool_dir)
-        builder, rows = self._new_builder(), []
+        builder, rows, pending = self._new_builder(), [], PendingRows()
         for frame in frames:
-            if frame[0] == CAPTURE:
-                row = self._convert(frame, builder, filed)
-                if row is not None:
-                    rows.append(row)
+            row = self._frame_row(frame, builder, filed, pending, 0)
+            if row is not None:
+                rows.append(row)
+        rows += pending.take_all()  # the proxy died before their outcome was final: as journaled
         if rows:
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
             path = self.out_dir / f"trace-{stamp}-{token}-journal{os.getpid()}.parquet"
@@ -132,16 +132,20 @@ class Converter:
         filer, spec = self.filer, self.spec
         last_sync = last_stats = time.monotonic()
         built = 0
+        pending = PendingRows()
         while True:
+            segment = tail.number  # frames of this read start in this segment (or a later one)
             frames = tail.read()
             rows = []
             for frame in frames:
-                if frame[0] == CAPTURE:
-                    row = self._convert(frame, self.builder, skip)
-                    if row is not None:
-                        rows.append(row)
-                elif frame[0] == WATERMARK:
+                if frame[0] == WATERMARK:
                     filer.watermark(watermark_of(frame[1]))
+                    continue
+                row = self._frame_row(frame, self.builder, skip, pending, segment)
+                if row is not None:
+                    rows.append(row)
+            if tail.run_ended:
+                rows += pending.take_all()
             filer.add(rows)
             built += len(rows)
             if tail.run_ended:
@@ -151,7 +155,7 @@ class Converter:
             now = time.monotonic()
             if now - last_sync >= spec.flush_interval_s:
                 filer.sync()
-                _delete(tail.finished)  # their rows are on disk in the row spool now
+                _delete(tail.finished, below=pending.oldest_segment())  # their rows are in the row spool now
                 last_sync = now
             filer.file_ready()
             if now - last_stats >= spec.stats_interval_s:
@@ -179,14 +183,28 @@ class Converter:
         log.info("stopped: %s", " ".join(f"{k}={v}" for k, v in stats.items()))
         return stats
 
-    def _convert(self, frame: tuple[bytes, bytes, bytes], builder: RecordBuilder, skip: set[str]) -> dict | None:
-        """One capture frame -> a checked row; None when it is skipped or dead-lettered (never raises)."""
+    def _frame_row(self, frame, builder: RecordBuilder, skip: set[str], pending: PendingRows, segment: int):
+        """The row a CAPTURE or AMEND frame completes, if any (a pending capture waits for its AMEND)."""
+        if frame[0] == CAPTURE:
+            return self._convert(frame, builder, skip, pending, segment)
+        if frame[0] == AMEND:
+            return self._settle(frame[1], builder, pending)
+        return None
+
+    def _convert(
+        self, frame, builder: RecordBuilder, skip: set[str], pending: PendingRows | None = None, segment: int = 0
+    ) -> dict | None:
+        """One capture frame -> a checked row; None when it is skipped, held or dead-lettered (never raises)."""
         kind, meta, blob = frame
         try:
             cap = decode_capture(meta, blob)
             if cap.request_id in skip:
                 return None
-            return self._build_row(cap, builder)
+            row = self._build_row(cap, builder)
+            if cap.pending and pending is not None:
+                pending.hold(cap, row, segment)  # built now, so its session links in arrival order
+                return None
+            return row
         except Exception as exc:  # noqa: BLE001 - one bad request must not stop the rows after it
             request_id = next(iter(_capture_ids([frame])), "unknown")
             if request_id in skip:
@@ -196,8 +214,25 @@ class Converter:
             skip.add(request_id)
             return None
 
-    def _build_row(self, cap: Capture, builder: RecordBuilder) -> dict:
-        record, problems = builder.build(cap)
+    def _settle(self, meta: bytes, builder: RecordBuilder, pending: PendingRows) -> dict | None:
+        """A pending capture's final outcome: its provisional row, or one rebuilt from what was delivered."""
+        held = pending.take(meta)
+        if held is None:
+            return None  # skipped, dead-lettered, or filed before a restart
+        cap, row = held
+        try:
+            before = (cap.outcome, cap.captured_bytes)
+            apply_amend(cap, meta)
+            if (cap.outcome, cap.captured_bytes) == before:
+                return row
+            link = SessionLink(row["session_id"], row["turn_index"], row["parent_request_id"], row["think_time_ns"])
+            return self._build_row(cap, builder, link if row["session_id"] else None)
+        except Exception as exc:  # noqa: BLE001 - as in _convert: keep it, move on
+            self.dead_letters.reject_row(row, f"amend not applicable: {type(exc).__name__}: {exc}")
+            return None
+
+    def _build_row(self, cap: Capture, builder: RecordBuilder, link=LINK_NEW) -> dict:
+        record, problems = builder.build(cap, link)
         row = bounded_row(record.to_row())
         if row.get("invalid_fields"):
             problems.append("out of range, recorded as null: " + ", ".join(row["invalid_fields"]))
@@ -225,10 +260,37 @@ def _capture_ids(frames) -> list[str]:
     return ids
 
 
-def _delete(paths: list[Path]) -> None:
+def _delete(paths: list[Path], below: int | None = None) -> None:
+    """Delete finished segments, except those at or after `below` (they hold a pending capture)."""
+    kept = []
     for path in paths:
-        path.unlink(missing_ok=True)
-    paths.clear()
+        if below is not None and segment_number(path) >= below:
+            kept.append(path)
+        else:
+            path.unlink(missing_ok=True)
+    paths[:] = kept
+
+
+class PendingRows:
+    """Rows journaled before their outcome was final (HTTP/2 streams), waiting for their AMEND frame."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[Capture, dict, int]] = {}
+
+    def hold(self, cap: Capture, row: dict, segment: int) -> None:
+        self._held[cap.request_id] = (cap, row, segment)
+
+    def take(self, amend_meta: bytes) -> tuple[Capture, dict] | None:
+        held = self._held.pop(amended_id(amend_meta), None)
+        return None if held is None else held[:2]
+
+    def take_all(self) -> list[dict]:
+        rows = [row for _, row, _ in self._held.values()]
+        self._held.clear()
+        return rows
+
+    def oldest_segment(self) -> int | None:
+        return min((segment for *_, segment in self._held.values()), default=None)
 
 
 def _take_lock(path: Path) -> int:

@@ -10,18 +10,18 @@ import struct
 
 import orjson
 
-from recorder.capture import Capture
+from recorder.capture import AMENDED, Capture, keep_delivered
 
 HEAD = struct.Struct("<cII")
-CAPTURE, WATERMARK, SEGMENT_END, RUN_END = b"C", b"W", b"E", b"Z"
-_KINDS = frozenset((CAPTURE, WATERMARK, SEGMENT_END, RUN_END))
+CAPTURE, WATERMARK, SEGMENT_END, RUN_END, AMEND = b"C", b"W", b"E", b"Z", b"A"
+_KINDS = frozenset((CAPTURE, WATERMARK, SEGMENT_END, RUN_END, AMEND))
 # every slot but the bulky ones (request body, reads), which travel in the blob
 _SCALARS = tuple(s for s in Capture.__slots__ if s not in ("request_body", "reads"))
 
 
 def encode_capture(cap: Capture) -> bytes:
     body = cap.request_body
-    meta = {name: getattr(cap, name) for name in _SCALARS}
+    meta = {name: _utf8(getattr(cap, name)) for name in _SCALARS}
     meta["body_bytes"] = -1 if body is None else len(body)
     meta["read_ns"] = [stamp for stamp, _ in cap.reads]
     meta["read_bytes"] = [len(data) for _, data in cap.reads]
@@ -30,9 +30,37 @@ def encode_capture(cap: Capture) -> bytes:
     return HEAD.pack(CAPTURE, len(meta_json), len(blob)) + meta_json + blob
 
 
+def _utf8(value):
+    """Header-derived text may hold lone surrogates (mitmproxy decodes with surrogateescape): escape them."""
+    if type(value) is str and not value.isascii():
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
 def encode_watermark(watermark_unix_ns: int) -> bytes:
     meta = orjson.dumps({"watermark_unix_ns": watermark_unix_ns})
     return HEAD.pack(WATERMARK, len(meta), 0) + meta
+
+
+def encode_amend(cap: Capture) -> bytes:
+    """The final outcome of a capture journaled while `pending` (its scalars that may have changed)."""
+    meta = orjson.dumps({"request_id": cap.request_id, **{name: getattr(cap, name) for name in AMENDED}})
+    return HEAD.pack(AMEND, len(meta), 0) + meta
+
+
+def apply_amend(cap: Capture, meta_json: bytes) -> None:
+    """Settle a pending capture: its final scalars, and its reads cut to what was delivered."""
+    meta = orjson.loads(meta_json)
+    delivered = meta["captured_bytes"]
+    if isinstance(delivered, int) and delivered < cap.captured_bytes:
+        keep_delivered(cap, delivered)
+    for name in AMENDED:
+        setattr(cap, name, meta[name])
+    cap.pending = False
+
+
+def amended_id(meta_json: bytes) -> str:
+    return orjson.loads(meta_json)["request_id"]
 
 
 def encode_marker(kind: bytes) -> bytes:
@@ -43,7 +71,7 @@ def decode_capture(meta_json: bytes, blob: bytes) -> Capture:
     meta = orjson.loads(meta_json)
     cap = Capture.__new__(Capture)
     for name in _SCALARS:
-        setattr(cap, name, meta[name])
+        setattr(cap, name, meta.get(name, False) if name == "pending" else meta[name])
     body_bytes = meta["body_bytes"]
     cap.request_body = None if body_bytes < 0 else blob[:body_bytes]
     offset, reads = max(0, body_bytes), []

@@ -19,7 +19,14 @@ from collections import deque
 from pathlib import Path
 
 from recorder.capture import Capture
-from recorder.frames import RUN_END, SEGMENT_END, encode_capture, encode_marker, encode_watermark
+from recorder.frames import (
+    RUN_END,
+    SEGMENT_END,
+    encode_amend,
+    encode_capture,
+    encode_marker,
+    encode_watermark,
+)
 
 log = logging.getLogger("llmreplay.recorder")
 
@@ -32,6 +39,11 @@ _NAME = re.compile(r"raw-(?P<token>[0-9a-f]+)-(?P<number>\d{6})\.frames")
 
 def segment_path(spool_dir: Path, run_token: str, number: int) -> Path:
     return spool_dir / f"raw-{run_token}-{number:06d}.frames"
+
+
+def segment_number(path: Path) -> int:
+    match = _NAME.fullmatch(path.name)
+    return int(match["number"]) if match else 0
 
 
 def journal_segments(spool_dir: Path) -> list[tuple[str, int, Path]]:
@@ -90,6 +102,13 @@ class Journal:
         if self._segment_bytes >= SEGMENT_BYTES:
             self._rotate()
         return True
+
+    def amend(self, cap: Capture) -> bool:
+        """Settle a capture submitted while `pending` (its outcome after the hook); False when dropped."""
+        if self._writable() and self._append(encode_amend(cap)):
+            return True
+        self.dropped += 1  # the converter files the pending capture as it was journaled
+        return False
 
     def tick(self, watermark_unix_ns: int) -> None:
         """Every request still live arrived at or after this instant (unix ns); rotates when due."""

@@ -26,6 +26,8 @@ from recorder.request_shape import ChatMessage, RequestShape, parse_request
 from recorder.response_shape import ResponseShape, summarize_json, summarize_stream
 from recorder.sessions import SessionLink, SessionTracker
 
+LINK_NEW = object()  # build(): link the capture into its session (the default)
+
 
 @dataclass(frozen=True, slots=True)
 class BuildSettings:
@@ -42,14 +44,16 @@ class RecordBuilder:
         self.sessions = sessions
         self.encodings = EncodingCache(settings.tokenizer)
 
-    def build(self, cap: Capture) -> tuple[TraceRecord, list[str]]:
+    def build(self, cap: Capture, link: SessionLink | None | object = LINK_NEW) -> tuple[TraceRecord, list[str]]:
+        """The record of one capture; `link` given (not LINK_NEW): reuse that session link (a rebuild)."""
         problems: list[str] = []
         request = _parse_request(cap, problems, self.settings.content)
         response = _parse_response(cap, problems)
         error_kind = classify_error(cap, request, response)
         tokens = self._count_tokens(request, response, problems)
         answer = _answer_message(response) if error_kind is None and response is not None else None
-        link = self._link_session(cap, request, answer)
+        if link is LINK_NEW:
+            link = self._link_session(cap, request, answer)
         settings = self.settings
         offsets = None
         if response is not None and _is_sse(cap):
@@ -289,7 +293,8 @@ def _retry_after_ms(value: str | None) -> int | None:
         return None  # an HTTP-date: rare from inference servers, not worth a date parser here
     if seconds is None:
         return None
-    return int(seconds * 1000) if math.isfinite(seconds) else _OUT_OF_RANGE
+    ms = seconds * 1000
+    return int(ms) if math.isfinite(ms) else _OUT_OF_RANGE
 
 
 _OUT_OF_RANGE = 1 << 64  # fits no column: the row check turns it into null + invalid_fields

@@ -183,17 +183,26 @@ def _prompt_text(prompt) -> str:
 
 def _token_ids(prompt) -> tuple[int, ...] | None:
     """A prompt given as token ids (or a batch of them) bypasses the tokenizer."""
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+    if isinstance(prompt, list) and prompt and all(_token_id(t) for t in prompt):
         return tuple(prompt)
     if isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt):
         flat = [t for p in prompt for t in p]
-        if all(isinstance(t, int) for t in flat):
+        if all(_token_id(t) for t in flat):
             return tuple(flat)
     return None
 
 
+def _token_id(value) -> bool:
+    """A token id as the prefix hasher packs it (unsigned 32 bits); anything else is not a token prompt."""
+    return type(value) is int and 0 <= value < 2**32
+
+
 def _json(value) -> str:
-    return orjson.dumps(value).decode()
+    """JSON text of a request part; ValueError for what orjson cannot write back (nesting beyond 254)."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError as exc:
+        raise ValueError(f"request part not re-serializable ({exc})") from None
 
 
 def _str(value) -> str | None:
@@ -201,6 +210,10 @@ def _str(value) -> str | None:
 
 
 def _int(value) -> int | None:
+    """An integer field; one beyond 64 bits (orjson reads it as a float) stays an int, out of every
+    column's range, so the row check names it in invalid_fields instead of dropping it silently."""
+    if isinstance(value, float) and value.is_integer() and abs(value) >= 2**63:
+        return int(value)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 

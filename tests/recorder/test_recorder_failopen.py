@@ -16,6 +16,7 @@ from test_recorder_writer import META, converter_spec, finished
 
 from llmreplay.trace_io import read_trace
 from llmreplay.trace_values import UnwritableRow, bounded_row
+from recorder.capture import Capture, keep_delivered
 from recorder.converter import Converter
 from recorder.dead_letter import REASONS, REJECTED_DIR, rejected_ids
 from recorder.frames import CAPTURE, HEAD, decode_capture, encode_marker
@@ -184,3 +185,38 @@ def finished_row() -> dict:
     return TraceRecord(
         request_id="r", arrival_time_us=1, endpoint="chat_completions", prompt_tokens=3, token_source="tokenizer"
     ).to_row()
+
+
+def streamed(request_id: str, arrival_ns: int, words: int) -> Capture:
+    cap = finished(request_id, arrival_ns)
+    cap.content_type = "text/event-stream"
+    chunks = [b'data: {"choices":[{"index":0,"delta":{"content":"w "}}]}\n\n'] * words
+    chunks.append(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
+    cap.reads = [(arrival_ns + (i + 1) * 1_000_000, data) for i, data in enumerate(chunks)]
+    cap.captured_bytes = sum(len(data) for _, data in cap.reads)
+    cap.end_ns = arrival_ns + 100_000_000
+    return cap
+
+
+def test_an_http2_row_is_journaled_at_once_and_amended_by_its_hang_up(tmp_path):
+    """Issue #12: HTTP/2 rows are in the journal before the client has the end (zero loss under SIGKILL);
+    a reset that follows settles them as client_disconnected, cut to what was delivered."""
+    spool = tmp_path / SPOOL_DIR
+    journal = Journal(spool, "abc", flush_interval_s=0.05, limit_bytes=1 << 30)
+    journal.start()
+    kept, cut, orphan = streamed("kept", 1_000_000, 5), streamed("cut", 2_000_000, 5), streamed("orphan", 3_000_000, 5)
+    for cap in (kept, cut, orphan):
+        cap.pending = True
+        assert journal.submit(cap)
+    assert journal.amend(kept)  # its end was delivered: settled unchanged
+    keep_delivered(cut, len(cut.reads[0][1]) * 2)  # the client reset it after two chunks
+    cut.outcome, cut.error_msg = "error", "client disconnected (HTTP/2: stream reset by client (CANCEL))"
+    assert journal.amend(cut)
+    journal.close()  # the orphan's amend never came (the proxy died): it is filed as journaled
+    converter = Converter(converter_spec(tmp_path, "def"))  # another run's converter recovers it
+    converter.recover()
+    rows = {r["request_id"]: r for r in read_trace(tmp_path).table.to_pylist()}
+    assert rows["kept"]["error_kind"] is None and len(rows["kept"]["chunk_offsets_ns"]) == 5
+    assert rows["cut"]["error_kind"] == "client_disconnected" and len(rows["cut"]["chunk_offsets_ns"]) == 2
+    assert rows["cut"]["finish_reason"] is None
+    assert rows["orphan"]["error_kind"] is None and rows["orphan"]["finish_reason"] == "stop"
