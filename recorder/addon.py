@@ -33,7 +33,9 @@ log = logging.getLogger("llmreplay.recorder")
 
 OPTION_PREFIX = "llmreplay_"
 _REQUEST_HEADERS = frozenset((b"authorization", b"api-key", b"x-api-key", b"content-encoding"))
-_RESPONSE_HEADERS = frozenset((b"content-type", b"content-encoding", b"retry-after"))
+_RESPONSE_HEADERS = frozenset(
+    (b"content-type", b"content-encoding", b"retry-after", b"content-length", b"transfer-encoding")
+)
 CONVERTER_STOP_TIMEOUT_S = 120.0
 IMPAIRED_LOG_S = 60.0  # one CRITICAL line a minute while filing is impaired
 
@@ -292,6 +294,23 @@ class Recorder:
         cap.content_encoding = found.get(b"content-encoding")
         cap.retry_after = found.get(b"retry-after")
         response.stream = cap.tap
+        length = _content_length(found, response.status_code)
+        if length is None or flow.client_conn.alpn == b"h2":
+            return  # chunked (filed before its terminator goes out) or HTTP/2 (settled by h2_streams)
+        flow_id = flow.id
+        if length == 0:  # the head is the last byte the client gets: file before it goes out
+            cap.end_ns = cap.headers_ns
+            self._file_early(cap, flow_id)
+        else:
+            cap.remaining = length
+            cap.on_last_byte = lambda c: self._file_early(c, flow_id)
+
+    def _file_early(self, cap: Capture, flow_id: str) -> None:
+        """File a Content-Length response from the tap of its last body bytes, before they are forwarded
+        (the `response` hook comes after the client has them all); the hook then finds nothing live."""
+        if self.live.pop(flow_id, None) is cap:
+            cap.outcome = "response"
+            self.journal.submit(cap)
 
     def response(self, flow: http.HTTPFlow) -> None:
         cap = self.live.get(flow.id)  # stays live until filed
@@ -359,6 +378,16 @@ def _error_message(flow: http.HTTPFlow) -> str:
     if client_h2 and not server_h2 and message.startswith(_H2_CONNECTION_CLOSED):
         return f"client disconnected (HTTP/2: {message})"
     return message
+
+
+def _content_length(found: dict[bytes, str], status: int) -> int | None:
+    """The body length the client will count to, or None when it ends otherwise (chunked, close)."""
+    if status in (204, 304):
+        return 0
+    if b"transfer-encoding" in found:
+        return None
+    text = found.get(b"content-length", "")
+    return int(text) if text.isdigit() and len(text) < 16 else None
 
 
 def _first_values(fields, wanted: frozenset[bytes]) -> dict[bytes, str]:

@@ -40,6 +40,8 @@ class Capture:
         "server_connected",
         "outcome",
         "pending",
+        "remaining",
+        "on_last_byte",
     )
 
     def __init__(
@@ -69,6 +71,8 @@ class Capture:
         self.server_connected = False
         self.outcome = "live"  # live -> response | error | shutdown
         self.pending = False  # journaled before its outcome is final: an AMEND frame settles it (HTTP/2)
+        self.remaining = -1  # body bytes still to come when the response has a Content-Length, else -1
+        self.on_last_byte = None  # called from tap with the last body byte, before it is forwarded
 
     def tap(self, data: bytes) -> bytes:
         """mitmproxy's stream callable: observe one read and pass it through unchanged.
@@ -85,6 +89,11 @@ class Capture:
                     self.captured_bytes += len(data)
                 else:
                     self.overflow = True
+                if self.remaining > 0:
+                    self.remaining -= len(data)
+                    if self.remaining <= 0:  # the client gets these bytes after we return: file it first
+                        self.end_ns = now
+                        self.on_last_byte(self)
             else:
                 self.end_ns = now
         except Exception:  # noqa: BLE001 - the bytes must reach the client whatever happens here

@@ -16,7 +16,7 @@ HEAD = struct.Struct("<cII")
 CAPTURE, WATERMARK, SEGMENT_END, RUN_END, AMEND = b"C", b"W", b"E", b"Z", b"A"
 _KINDS = frozenset((CAPTURE, WATERMARK, SEGMENT_END, RUN_END, AMEND))
 # every slot but the bulky ones (request body, reads), which travel in the blob
-_SCALARS = tuple(s for s in Capture.__slots__ if s not in ("request_body", "reads"))
+_SCALARS = tuple(s for s in Capture.__slots__ if s not in ("request_body", "reads", "on_last_byte"))
 
 
 def encode_capture(cap: Capture) -> bytes:
@@ -81,6 +81,7 @@ def decode_capture(meta_json: bytes, blob: bytes) -> Capture:
     if offset != len(blob):
         raise ValueError(f"capture frame: reads cover {offset} of {len(blob)} blob bytes")
     cap.reads = reads
+    cap.on_last_byte = None
     return cap
 
 
