@@ -53,6 +53,7 @@ class Recorder:
         self._lock: SpoolLock | None = None
         self._key = b""
         self._key_hashes: dict[str, str] = {}
+        self._endpoints: dict[str, str] = {}  # URL path -> endpoint name, remembered
         self._request_headers = _REQUEST_HEADERS
         self._session_header = b""
         self.seen = 0
@@ -249,7 +250,7 @@ class Recorder:
         self.seen += 1
         cap = Capture(
             f"{self._run_token}-{self.seen}",
-            endpoint_for_path(path),
+            self._endpoint(path),
             now,
             self._unix_ns(now),
             self.config.max_capture_bytes,
@@ -353,6 +354,14 @@ class Recorder:
                 self._key_hashes.clear()
             cached = self._key_hashes[api_key] = keyed_hash(self._key, api_key, "k")
         return cached
+
+    def _endpoint(self, path: str) -> str:
+        endpoint = self._endpoints.get(path)
+        if endpoint is None:
+            if len(self._endpoints) >= 1024:
+                self._endpoints.clear()
+            endpoint = self._endpoints[path] = endpoint_for_path(path)
+        return endpoint
 
     def _recorded(self, path: str) -> bool:
         return path in self._exact_paths or any(fnmatch.fnmatchcase(path, g) for g in self._glob_paths)

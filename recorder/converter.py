@@ -30,7 +30,8 @@ from recorder.writer import RowFiler, WriterSettings, filed_ids, recover_spool, 
 
 log = logging.getLogger("llmreplay.recorder")
 
-IDLE_WAIT_S = 0.05
+IDLE_WAIT_S = 0.2  # between journal reads: big batches, few wake-ups (it competes with the proxy for CPU)
+BACKLOG_FRAMES = 512  # a read this big means the journal is ahead: read again at once
 LOCK_WAIT_S = 60.0
 
 
@@ -170,7 +171,7 @@ class Converter:
             if os.getppid() != spec.parent_pid:
                 log.error("the proxy is gone; the journal and row spool are recovered at the next start")
                 os._exit(3)
-            if not frames:
+            if len(frames) < BACKLOG_FRAMES:
                 time.sleep(IDLE_WAIT_S)
         tail.close()
         stats = {
@@ -294,7 +295,7 @@ class PendingRows:
 
 
 def _take_lock(path: Path) -> int:
-    """One converter per directory: a converter orphaned by a killed proxy exits within ~50 ms; wait for it."""
+    """One converter per directory: a converter orphaned by a killed proxy exits within ~0.2 s; wait for it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     deadline = time.monotonic() + LOCK_WAIT_S
