@@ -16,7 +16,7 @@ import click
 @click.argument("in_trace", type=click.Path(path_type=Path))
 @click.option(
     "-o",
-    "--output",
+    "--out",
     "out_trace",
     required=True,
     type=click.Path(path_type=Path),
@@ -31,7 +31,8 @@ import click
     "--key-file",
     type=click.Path(path_type=Path),
     default=None,
-    help="Secret key (32+ bytes, mode 0600); created if missing.",
+    help="Secret key file (mode 0600; 64+ hex digits or 32+ bytes); created if missing "
+    "[default: OUT's name + .anonymization.key in the current directory].",
 )
 @click.option(
     "--prefix-sharing",
@@ -40,7 +41,10 @@ import click
     help="Keep all sharing, only within sessions, or none [default: preserve].",
 )
 @click.option(
-    "--nonce-tokens", type=int, default=None, help="Tokens of nonce in session/none modes [default: 8]."
+    "--nonce-tokens",
+    type=int,
+    default=None,
+    help="Tokens of nonce in session/none modes, at least 1 [default: 8].",
 )
 @click.option(
     "--verify", is_flag=True, help="Re-read the output and prove counts, structure, sharing and no leaks."

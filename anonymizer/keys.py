@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import re
-import secrets
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmreplay.errors import BadInput
+from llmreplay.key_files import MIN_KEY_BYTES, check_key_strength, create_key_file, read_key_file
 
-MIN_KEY_BYTES = 32
+__all__ = ["MIN_KEY_BYTES", "Rekeyer", "generate_key_file", "load_key"]
 _MASK_63 = (1 << 63) - 1
 _ID_HEX_CHARS = 24  # 96 bits: collisions between re-keyed ids are out of reach
 
@@ -32,36 +29,13 @@ def rekeyed_id_pattern(prefix: str) -> re.Pattern[str]:
 
 
 def load_key(path: Path) -> bytes:
-    """The key file's bytes, used as-is; refuses short keys and files others may read."""
-    try:
-        info = path.stat()
-    except OSError as exc:
-        raise BadInput(f"--key-file {path}: cannot read ({exc.strerror})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise BadInput(f"--key-file {path}: not a regular file")
-    if info.st_mode & 0o077:
-        raise BadInput(
-            f"--key-file {path}: permissions {stat.S_IMODE(info.st_mode):04o} let others read it "
-            f"(need 0600 or stricter: chmod 600 {path})"
-        )
-    key = path.read_bytes()
-    if len(key) < MIN_KEY_BYTES:
-        raise BadInput(f"--key-file {path}: {len(key)} bytes, need at least {MIN_KEY_BYTES}")
-    return key
+    """The key file's bytes, used as-is, under the one key-file policy (llmreplay.key_files)."""
+    return check_key_strength(read_key_file(path), path)
 
 
 def generate_key_file(path: Path) -> bytes:
     """Create `path` (mode 0600, never overwriting) holding 256 random bits as hex; return its bytes."""
-    key = secrets.token_hex(MIN_KEY_BYTES).encode()
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        raise BadInput(f"--key-file {path}: already exists") from None
-    except OSError as exc:
-        raise BadInput(f"--key-file {path}: cannot create ({exc.strerror})") from None
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(key)
-    return key
+    return create_key_file(path)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from anonymizer.tools_schema import rewrite_json_text, rewrite_response_format
 from llmreplay import __version__
 from llmreplay.errors import BadInput
 from llmreplay.exact_text import ExactText
+from llmreplay.output_paths import cannot_write, check_output_file
 from llmreplay.tokenizers import DEFAULT_TOKENIZER, Tokenizer, load_tokenizer
 from llmreplay.trace_format import CONTENT_COLUMN_NAMES, TraceMeta, trace_schema
 from llmreplay.trace_io import TraceWriter, iter_trace_batches, read_meta, trace_files
@@ -113,15 +114,18 @@ def anonymize_trace(config: AnonymizeConfig) -> AnonymizeResult:
         raise BadInput(f"--prefix-sharing {config.prefix_sharing}: use one of {', '.join(MODES)}")
     if config.nonce_tokens < 0:
         raise BadInput(f"--nonce-tokens {config.nonce_tokens}: must be >= 0")
-    out = config.output_path
-    if out.is_dir():
-        raise BadInput(f"{out}: is a directory; the anonymized trace is one .parquet file")
-    if out.exists() and not config.force:
-        raise BadInput(f"{out}: already exists (pass --force to replace it)")
+    if config.nonce_tokens == 0 and config.prefix_sharing != "preserve":
+        raise BadInput(
+            f"--nonce-tokens 0: --prefix-sharing {config.prefix_sharing} needs a nonce of at least 1 token "
+            "(without one, equal prompts of different sessions share the engine's prefix cache)"
+        )
+    out = check_output_file(config.output_path, config.force, "-o")
     files = trace_files(config.input_path)
-    if any(f.resolve() == out.resolve() for f in files if out.exists()):
-        raise BadInput(f"{out}: is the input trace itself")
-    meta = read_meta(files[0])
+    if out.exists() and any(f.resolve() == out.resolve() for f in files):
+        raise BadInput(f"-o {out}: is the input trace itself")
+    metas = [read_meta(f) for f in files]  # every file checked before any is read
+    meta = metas[0]
+    _check_keep_meta(config.keep_meta, metas)
     with_content = _content_presence(files)
     tokenizer = resolve_tokenizer(config.tokenizer, meta)
     exact = ExactText(tokenizer)
@@ -132,11 +136,14 @@ def anonymize_trace(config: AnonymizeConfig) -> AnonymizeResult:
     started, started_cpu = time.perf_counter(), time.process_time()
     _, batches = iter_trace_batches(config.input_path, batch_size=config.batch_rows)
     row_anonymizer = RowAnonymizer(fakes, config, meta.block_size, result)
-    with TraceWriter(
-        out, out_meta, row_group_size=OUTPUT_ROW_GROUP_ROWS, row_group_bytes=OUTPUT_ROW_GROUP_BYTES
-    ) as writer:
-        for batch in _in_arrival_order(batches, config.input_path):
-            writer.write_table(row_anonymizer.table(pa.Table.from_batches([batch]), with_content))
+    try:
+        with TraceWriter(
+            out, out_meta, row_group_size=OUTPUT_ROW_GROUP_ROWS, row_group_bytes=OUTPUT_ROW_GROUP_BYTES
+        ) as writer:
+            for batch in _in_arrival_order(batches, config.input_path):
+                writer.write_table(row_anonymizer.table(pa.Table.from_batches([batch]), with_content))
+    except OSError as exc:
+        raise cannot_write("-o", out, exc) from None
     result.elapsed_s = time.perf_counter() - started
     result.cpu_s = time.process_time() - started_cpu
     stats = row_anonymizer.rewriter.stats
@@ -144,6 +151,15 @@ def anonymize_trace(config: AnonymizeConfig) -> AnonymizeResult:
     result.dropped_fields = dict(stats.dropped_fields)
     result.inexact_identifiers = fakes.inexact_identifiers
     return result
+
+
+def _check_keep_meta(keys: tuple[str, ...], metas: list[TraceMeta]) -> None:
+    """Refuse a --keep-meta key the trace does not have: a typo would silently keep nothing."""
+    present = {"source"} | {k for m in metas for k in m.extra if k != "anonymization"}
+    for key in keys:
+        if key not in present:
+            known = ", ".join(sorted(present))
+            raise BadInput(f"--keep-meta {key}: the trace's metadata has no such key (it has: {known})")
 
 
 def _content_presence(files: list[Path]) -> bool:

@@ -1,12 +1,21 @@
-"""`llmreplay demo`: the whole story on 127.0.0.1 — record, anonymize, replay at 2x on a slower engine, compare.
+"""`llmreplay demo`: the whole story on 127.0.0.1 — record, anonymize, replay on a slower engine, compare.
 
 Every stage is a subprocess call to the llmreplay CLI, so the core imports no stage. A stage whose
 command is not installed is skipped and said so; the demo then starts from the bundled sample trace.
+
+The output directory is the demo's own: it carries a marker file (MARKER), and every run starts by
+removing what an earlier run left there (DEMO_ENTRIES, nothing else), so a second run never mixes
+its recording or its run with the first one's. A non-empty directory without the marker is never
+touched: the demo refuses it (one line, exit 2).
+
+The demo's answer is the gate's: the new engine is the slow sim, so compare says NO-GO (its exit 1)
+by design. The demo prints that verdict and exits 0; it fails (exit 1) only when a stage fails.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -17,16 +26,23 @@ from pathlib import Path
 
 import click
 
+from llmreplay.errors import BadInput
 from llmreplay.processes import stop_process
 
 SAMPLE_TRACE = Path(__file__).resolve().parent.parent / "samples" / "content_multiturn.parquet"
 SAMPLE_WINDOW_S = 90  # trace seconds of the sample to replay, so the demo stays within minutes
+MARKER = ".llmreplay-demo"
+MARKER_TEXT = "An output of `llmreplay demo`: every demo run clears what the demo wrote here.\n"
+# Everything a run writes in its output directory (besides MARKER): what the next run removes.
+DEMO_ENTRIES = (
+    "logs", ".mitmproxy", "recorder.key", "recorded", "anonymize.key", "anonymized.parquet", "run", "report.html",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
 class DemoConfig:
     out_dir: Path
-    speed: float = 2.0
+    speed: float = 1.0  # production's pace: the comparison then judges the engine, not a heavier load
     conversations: int = 16
     turns: int = 3
     slos: tuple[str, ...] = ("ttft_p95<=500ms", "e2e_p99<=20s")
@@ -104,12 +120,35 @@ def _say(text: str) -> None:
     click.echo(f"[demo] {text}", err=False)
 
 
+def prepare_out_dir(out: Path) -> None:
+    """Make `out` a clean output of the demo's own: a new or empty directory gets the marker; a marked
+    one loses what an earlier run wrote (DEMO_ENTRIES only: other files in it stay). BadInput (exit 2)
+    for a non-empty directory without the marker, which may be anyone's and is left untouched."""
+    from llmreplay.output_paths import make_output_dir
+
+    marker = out / MARKER
+    if out.is_dir() and not marker.is_file() and any(out.iterdir()):
+        raise BadInput(
+            f"--out {out}: not empty and not a demo output (no {MARKER} file in it); the demo clears its "
+            "output directory before each run, so give a new or empty directory"
+        )
+    make_output_dir(out, "--out")
+    marker.write_text(MARKER_TEXT)
+    for name in DEMO_ENTRIES:
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.is_symlink() or path.exists():
+            path.unlink()  # a link itself goes, never what it points to
+
+
 def run_demo(config: DemoConfig) -> Path:
-    """Run every stage; returns the HTML report's path. Processes are always stopped."""
+    """Run every stage in a cleared output directory; returns the HTML report's path. Processes are
+    always stopped."""
     out = config.out_dir
-    out.mkdir(parents=True, exist_ok=True)
+    prepare_out_dir(out)
     logs = out / "logs"
-    logs.mkdir(exist_ok=True)
+    logs.mkdir()
     processes = Processes(logs)
     started = time.monotonic()
     try:
@@ -244,7 +283,8 @@ def _replay(trace: Path, slow_url: str, run_dir: Path, config: DemoConfig, extra
         raise click.ClickException(
             "`llmreplay replay --help` fails: the replayer is not installed; cannot continue"
         )
-    _say(f"replaying at {config.speed:g}x against the slow sim -> {run_dir}")
+    pace = "at production's pace" if config.speed == 1 else f"at {config.speed:g}x"
+    _say(f"replaying {pace} against the slow sim (the new engine) -> {run_dir}")
     args = [
         "replay",
         str(trace),
@@ -270,36 +310,62 @@ def _replay(trace: Path, slow_url: str, run_dir: Path, config: DemoConfig, extra
 
 
 def _compare(baseline: Path, run_dir: Path, report: Path, config: DemoConfig) -> None:
-    if not _available("compare"):
+    """compare's gate on the replay; its exit 1 is a verdict (NO-GO) only when it wrote its report
+    (a crash exits 1 too, without one)."""
+    help_text = subprocess.run(_cli("compare", "--help"), capture_output=True, text=True, timeout=60)
+    if help_text.returncode != 0:
         raise click.ClickException(
             "`llmreplay compare --help` fails: compare is not installed; cannot continue"
         )
-    _say(f"comparing production ({baseline.name}) with the replay on the new engine")
-    slo_args = [arg for slo in config.slos for arg in ("--slo", slo)]
-    done = subprocess.run(_cli("compare", str(baseline), str(run_dir), "--html", str(report), *slo_args))
-    if done.returncode not in (0, 1):
-        raise click.ClickException(f"compare failed with exit status {done.returncode}")
-    verdict = (
-        "the new engine regressed (compare exit 1)" if done.returncode else "no regression (compare exit 0)"
-    )
-    _say(f"verdict: {verdict}")
+    # The baseline is the anonymized trace: production's own timings, under the same request ids as
+    # the replay (anonymize renames ids, so the original recording shares none with the run).
+    _say(f"comparing production ({baseline.name}: its recorded timings) with the replay on the new engine")
+    args = [str(baseline), str(run_dir), "--html", str(report)]
+    args += [arg for slo in config.slos for arg in ("--slo", slo)]
+    if config.speed != 1 and "--allow-different-load" in help_text.stdout:
+        args.append("--allow-different-load")
+        _say(f"note: replayed at {config.speed:g}x, so latency is judged at a heavier load than production's")
+    report.unlink(missing_ok=True)
+    done = subprocess.run(_cli("compare", *args))
+    if done.returncode not in (0, 1) or not report.is_file():
+        raise click.ClickException(
+            f"compare failed with exit status {done.returncode}"
+            + ("" if report.is_file() else f" and wrote no report {report}")
+        )
+    if done.returncode:
+        _say(
+            "verdict: NO-GO (compare exit 1; its reasons are above) - as designed: the new engine is the "
+            "slow sim, and the gate catches it"
+        )
+    else:
+        _say("verdict: GO (compare exit 0) - unexpected here: the slow sim should have regressed")
 
 
 @click.command()
 @click.option(
-    "--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Directory for everything."
+    "-o",
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    required=True,
+    help="Directory for everything: new, empty or an earlier demo's (cleared first).",
 )
-@click.option("--speed", type=float, help="Replay speed against the slow sim (default 2).")
+@click.option(
+    "--speed", type=float, help="Replay speed against the slow sim [default: 1, production's pace]."
+)
 def demo(out_dir: str, speed: float | None) -> None:
-    """Record sample traffic at a fast sim, anonymize it, replay it at 2x on a slow sim, compare, report."""
+    """Record sample traffic at a fast sim, anonymize it, replay it on a slow sim, compare, report.
+
+    OUT is cleared first (only what the demo wrote there). Exit 0 whatever the verdict (the slow
+    sim's NO-GO, compare's exit 1, is the expected answer), 1 when a stage fails, 2 on bad input.
+    """
     import dataclasses
+    import math
 
-    from llmreplay.errors import BadInput
-
-    config = DemoConfig(out_dir=Path(out_dir))
+    if speed is not None and not (math.isfinite(speed) and speed > 0):
+        raise BadInput(f"--speed {speed}: must be a finite number greater than 0")
+    config = DemoConfig(out_dir=Path(out_dir).expanduser())
     if speed is not None:
-        if speed <= 0:
-            raise BadInput(f"--speed: {speed} must be positive")
         config = dataclasses.replace(config, speed=speed)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     report = run_demo(config)

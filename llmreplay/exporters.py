@@ -1,12 +1,12 @@
 """`llmreplay export mooncake`: a trace as Mooncake jsonl, as AIPerf (`--custom-dataset-type
 mooncake_trace --fixed-schedule`) and SGLang's bench_serving read it, to cross-check with those tools.
 
-Streams the trace in batches; the file appears only when complete. Imports only the core.
+Timestamps count from the trace's first request (0), whatever the source's clock. Streams the trace
+in batches; the file appears only when complete (llmreplay.output_paths). Imports only the core.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from llmreplay.errors import BadInput
+from llmreplay.output_paths import atomic_output, check_output_file
 
 MOONCAKE_BLOCK_SIZE = 512  # what SGLang and AIPerf assume unless told (AIPerf: --isl-block-size)
 SESSION_TIMINGS = ("timestamp", "delay")
@@ -75,7 +76,7 @@ def reblock(hashes: list[int], prompt_tokens: int, source_block: int, target_blo
 
 
 def mooncake_rows(
-    batches: Iterator, config: MooncakeExportConfig, source_block: int, origin_us: int | None, keep_ids: bool
+    batches: Iterator, config: MooncakeExportConfig, source_block: int, origin_us: int, keep_ids: bool
 ) -> Iterator[dict | tuple[str, str]]:
     """Mooncake dicts, or ("skip", reason) for rows Mooncake cannot express. Pure over batches."""
     mapper = None if keep_ids else HashIdMapper()
@@ -90,10 +91,8 @@ def mooncake_rows(
             yield _mooncake_row(row, config, source_block, origin_us, mapper)
 
 
-def _mooncake_row(row: dict, config, source_block: int, origin_us: int | None, mapper) -> dict:
+def _mooncake_row(row: dict, config, source_block: int, origin_us: int, mapper) -> dict:
     arrival_us = row["arrival_time"]
-    if origin_us is None:
-        origin_us = 0
     hashes = reblock(row["prefix_block_hashes"], row["prompt_tokens"], source_block, config.block_size)
     out: dict = {}
     delay_ms = _delay_ms(row) if config.session_timing == "delay" else None
@@ -147,7 +146,7 @@ def export_mooncake(config: MooncakeExportConfig, block_size_given: bool = False
 
     if config.session_timing not in SESSION_TIMINGS:
         raise BadInput(f"--session-timing {config.session_timing}: one of {', '.join(SESSION_TIMINGS)}")
-    _check_output(config)
+    check_output_file(config.output_path, config.force, "-o")
     meta, batches = iter_trace_batches(config.trace_path, columns=_COLUMNS)
     summary = ExportSummary(warnings=check_block_sizes(meta.block_size, config, block_size_given))
     keep_ids = meta.extra.get(HASH_ID_ORIGIN_KEY) == SOURCE_IDS
@@ -155,36 +154,19 @@ def export_mooncake(config: MooncakeExportConfig, block_size_given: bool = False
     first = next(batches, None)
     if first is None:
         raise BadInput(f"{config.trace_path}: the trace has no rows")
-    origin_us = None if meta.relative_time else first.column("arrival_time")[0].as_py()
+    origin_us = first.column("arrival_time")[0].as_py()  # timestamps from 0, whatever the source's clock
     rows = mooncake_rows(_chain(first, batches), config, meta.block_size, origin_us, keep_ids)
-    tmp = config.output_path.with_name(f".{config.output_path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as handle:
-            for row in rows:
-                if isinstance(row, tuple):
-                    summary.skipped[row[1]] = summary.skipped.get(row[1], 0) + 1
-                    continue
-                handle.write(orjson.dumps(row))
-                handle.write(b"\n")
-                summary.rows_written += 1
-            handle.flush()
-            os.fsync(handle.fileno())
+    with atomic_output(config.output_path, config.force, "-o") as tmp, open(tmp, "wb") as handle:
+        for row in rows:
+            if isinstance(row, tuple):
+                summary.skipped[row[1]] = summary.skipped.get(row[1], 0) + 1
+                continue
+            handle.write(orjson.dumps(row))
+            handle.write(b"\n")
+            summary.rows_written += 1
         if not summary.rows_written:
             raise BadInput(f"{config.trace_path}: no row can be written as Mooncake ({summary.skipped})")
-        os.replace(tmp, config.output_path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return summary
-
-
-def _check_output(config: MooncakeExportConfig) -> None:
-    out = config.output_path
-    if out.is_dir():
-        raise BadInput(f"{out}: is a directory; give a file name for the jsonl")
-    if out.exists() and not config.force:
-        raise BadInput(f"{out}: already exists (use --force to replace it)")
-    if not out.parent.is_dir():
-        raise BadInput(f"{out}: directory {out.parent} does not exist")
 
 
 def _cast_arrival(batches):
@@ -208,26 +190,36 @@ def _chain(first, rest):
 @click.argument("target", type=click.Choice(["mooncake"]))
 @click.argument("trace", type=click.Path(path_type=Path))
 @click.option(
-    "-o", "--output", "output", required=True, type=click.Path(path_type=Path), help="jsonl file to write."
+    "-o", "--out", "output", required=True, type=click.Path(path_type=Path), help="jsonl file to write."
 )
 @click.option("--force", is_flag=True, help="Replace the output file if it exists.")
 @click.option(
     "--block-size",
     type=int,
     default=None,
-    help=f"Tokens per written hash id (default {MOONCAKE_BLOCK_SIZE}, what the Mooncake tools assume); "
-    "must be a multiple of the trace's block size.",
+    help="Tokens per written hash id, what the Mooncake tools assume unless told; a multiple of the "
+    f"trace's block size [default: {MOONCAKE_BLOCK_SIZE}].",
 )
 @click.option(
     "--session-timing",
     type=click.Choice(SESSION_TIMINGS),
     default=None,
-    help="Later turns of a session: 'timestamp' (default; SGLang and AIPerf) or AIPerf's 'delay' "
-    "(think time after the previous answer, as llmreplay replays sessions).",
+    help="Later turns of a session: 'timestamp' (SGLang and AIPerf) or AIPerf's 'delay' (think time "
+    "after the previous answer, as llmreplay replays sessions) [default: timestamp].",
 )
 def export_trace(target: str, trace: Path, output: Path, force: bool, block_size, session_timing):
-    """Write TRACE as Mooncake jsonl for AIPerf (--custom-dataset-type mooncake_trace --fixed-schedule)
-    or SGLang bench_serving (--dataset-name mooncake)."""
+    """Write TRACE as Mooncake jsonl (timestamps in ms from its first request) for AIPerf or SGLang.
+
+    \b
+    AIPerf:
+      aiperf profile --model MODEL --url URL --endpoint-type chat --streaming
+        --input-file OUT --custom-dataset-type mooncake_trace --fixed-schedule
+        --extra-inputs ignore_eos:true --tokenizer TOKENIZER
+        (add --isl-block-size N when --block-size N is not 512)
+    SGLang:
+      python -m sglang.bench_serving --backend sglang --model MODEL --dataset-name mooncake
+        --dataset-path OUT --mooncake-workload conversation --use-trace-timestamps true
+    """
     given = {"block_size": block_size, "session_timing": session_timing}
     config = MooncakeExportConfig(
         trace_path=trace, output_path=output, force=force, **{k: v for k, v in given.items() if v is not None}

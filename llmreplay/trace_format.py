@@ -108,6 +108,21 @@ NON_NEGATIVE_COLUMNS = (
     "e2e_ns",
     "retry_after_ms",
 )
+# Largest duration a trace may hold: 2**53 ns (about 104 days), exact as a float64, so every stage
+# may compute with it in floats. Arrivals are bounded the same way (2**53 us: the year 2255).
+MAX_DURATION_NS = 1 << 53
+MAX_ARRIVAL_US = 1 << 53
+# Upper bounds tighter than a column's Arrow width (list columns: every item). Readers refuse larger
+# values; writers (llmreplay.trace_values) null them and name them in invalid_fields.
+UPPER_BOUNDS = {
+    "think_time_ns": MAX_DURATION_NS,
+    "ttfb_ns": MAX_DURATION_NS,
+    "ttft_ns": MAX_DURATION_NS,
+    "e2e_ns": MAX_DURATION_NS,
+    "chunk_offsets_ns": MAX_DURATION_NS,
+    "retry_after_ms": MAX_DURATION_NS // 1_000_000,
+    "arrival_time": MAX_ARRIVAL_US,
+}
 
 
 def _fields(columns) -> list[pa.Field]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llmreplay.errors import BadInput
+from llmreplay.output_paths import replace_file, temp_path
 from llmreplay.trace_format import (
     ADDED_COLUMNS,
     CONTENT_COLUMN_NAMES,
@@ -26,11 +28,13 @@ from llmreplay.trace_format import (
     NON_NEGATIVE_COLUMNS,
     READABLE_MAJOR_VERSIONS,
     SHAPE_COLUMNS,
+    UPPER_BOUNDS,
     TraceMeta,
     TraceRecord,
     major_version,
     trace_schema,
 )
+from llmreplay.trace_meta_json import parse_meta
 
 
 @dataclass(frozen=True)
@@ -72,13 +76,13 @@ def read_meta(path: str | os.PathLike) -> TraceMeta:
 def _open(path: Path, pre_buffer: bool = True) -> tuple[pq.ParquetFile, TraceMeta]:
     try:
         handle = pq.ParquetFile(path, pre_buffer=pre_buffer)
-    except (pa.ArrowInvalid, OSError) as exc:
+        raw = (handle.schema_arrow.metadata or {}).get(METADATA_KEY)
+    except (pa.ArrowException, OSError, ValueError) as exc:  # ValueError: a damaged footer's bad UTF-8
         raise BadInput(f"{path}: not a Parquet file ({_first_line(exc)})") from None
-    raw = (handle.schema_arrow.metadata or {}).get(METADATA_KEY)
     if raw is None:
         raise BadInput(f"{path}: not an llmreplay trace (no '{METADATA_KEY.decode()}' metadata key)")
     try:
-        meta = TraceMeta.from_json(raw)
+        meta = parse_meta(raw)
         major = major_version(meta.format_version)
     except (ValueError, TypeError) as exc:
         raise BadInput(f"{path}: unreadable llmreplay metadata ({_first_line(exc)})") from None
@@ -137,6 +141,10 @@ def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
 
 
 def _conform(path: Path, table: pa.Table, with_content: bool) -> pa.Table:
+    try:
+        table.validate(full=True)  # Parquet does not check UTF-8 or offsets on read; a damaged page may pass
+    except pa.ArrowInvalid as exc:
+        raise BadInput(f"{path}: corrupt Parquet data ({_first_line(exc)})") from None
     # Nullable on read, so that a null in a required column is reported by row, not by cast.
     schema = pa.schema([f.with_nullable(True) for f in trace_schema(with_content)])
     for name in ADDED_COLUMNS:
@@ -165,6 +173,20 @@ def _validate_rows(path: Path, table: pa.Table, row_offset: int, seen_ids: SeenR
             row = _first_index(negative)
             value = column[row].as_py()
             raise BadInput(f"{path}: column '{name}' row {row_offset + row}: negative value {value}")
+    for name, bound in UPPER_BOUNDS.items():
+        column = table.column(name)
+        if pa.types.is_timestamp(column.type):
+            column = column.cast(pa.int64())
+        if pa.types.is_list(column.type):
+            _check_list_bound(path, name, column, bound, row_offset)
+            continue
+        out = pc.fill_null(pc.or_(pc.greater(column, bound), pc.less(column, 0)), False)
+        if pc.any(out).as_py():
+            row = _first_index(out)
+            raise BadInput(
+                f"{path}: column '{name}' row {row_offset + row}: value {column[row].as_py()} out of range "
+                f"({_range_text(name, bound)})"
+            )
     for name, allowed in ENUM_COLUMNS.items():
         column = table.column(name)
         unknown = pc.and_(pc.is_valid(column), pc.invert(pc.is_in(column, value_set=pa.array(allowed))))
@@ -183,6 +205,29 @@ def _validate_rows(path: Path, table: pa.Table, row_offset: int, seen_ids: SeenR
                 f"{path}: column 'arrival_time' row {row_offset + row}: rows are not sorted by arrival"
             )
     seen_ids.check(path, table.column("request_id").to_pylist(), row_offset)
+
+
+def _check_list_bound(path: Path, name: str, column, bound: int, row_offset: int) -> None:
+    for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
+        values = pc.list_flatten(chunk)
+        extremes = pc.min_max(values) if len(values) else None
+        if extremes is None or (extremes["min"].as_py() >= 0 and extremes["max"].as_py() <= bound):
+            row_offset += len(chunk)
+            continue
+        parents = pc.list_parent_indices(chunk)
+        bad = pc.fill_null(pc.or_(pc.greater(values, bound), pc.less(values, 0)), False)
+        item = _first_index(bad)
+        raise BadInput(
+            f"{path}: column '{name}' row {row_offset + parents[item].as_py()}: value {values[item].as_py()} "
+            f"out of range ({_range_text(name, bound)})"
+        )
+
+
+def _range_text(name: str, bound: int) -> str:
+    if name == "arrival_time":
+        return "microseconds from 1970 to the year 2255"
+    ns = bound * 1_000_000 if name.endswith("_ms") else bound
+    return f"0 to {bound:,}, about {ns / 86_400e9:.0f} days"
 
 
 class SeenRequestIds:
@@ -240,7 +285,8 @@ class SeenRequestIds:
     def _first_read(self, request_id: str) -> tuple[Path, int] | None:
         """Where `request_id` occurs among the rows read before, re-read from their files."""
         for file, rows in self._read:
-            column = pq.read_table(file, columns=["request_id"]).column(0).slice(0, rows)
+            with _reading(file):
+                column = pq.read_table(file, columns=["request_id"]).column(0).slice(0, rows)
             index = pc.index(column, request_id).as_py()
             if index >= 0:
                 return file, index
@@ -270,7 +316,9 @@ def read_trace(path: str | os.PathLike, columns: Iterable[str] | None = None) ->
     for file in files:
         handle, file_meta = _open(file)
         meta = _merge_meta(meta, file_meta, file)
-        table = _conform(file, handle.read(), with_content=_has_content(handle.schema_arrow))
+        with _reading(file):
+            data = handle.read()
+        table = _conform(file, data, with_content=_has_content(handle.schema_arrow))
         _validate_rows(file, table, 0, seen_ids)
         tables.append(table)
     with_content = all(_has_content(t.schema) for t in tables)
@@ -304,7 +352,7 @@ def iter_trace_batches(
             handle, _ = _open(file, pre_buffer=False)
             with_content = _has_content(handle.schema_arrow)
             offset = 0
-            for batch in handle.iter_batches(batch_size=batch_size):
+            for batch in _read_batches(file, handle, batch_size):
                 table = _conform(file, pa.Table.from_batches([batch]), with_content)
                 _validate_rows(file, table, offset, seen_ids)
                 offset += table.num_rows
@@ -313,6 +361,25 @@ def iter_trace_batches(
                 yield from table.to_batches()
 
     return meta, batches()
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """Damaged data pages (bad compression, truncated pages) become one line naming the file."""
+    try:
+        yield
+    except (pa.ArrowException, OSError, EOFError) as exc:
+        raise BadInput(f"{path}: corrupt Parquet data ({_first_line(exc)})") from None
+
+
+def _read_batches(path: Path, handle: pq.ParquetFile, batch_size: int) -> Iterator[pa.RecordBatch]:
+    batches = handle.iter_batches(batch_size=batch_size)
+    while True:
+        with _reading(path):
+            batch = next(batches, None)
+        if batch is None:
+            return
+        yield batch
 
 
 def _has_content(schema: pa.Schema) -> bool:
@@ -364,7 +431,7 @@ class TraceWriter:
         self.path = Path(path)
         self.meta = meta
         self.schema = trace_schema(meta.content).with_metadata({METADATA_KEY: meta.to_json()})
-        self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        self._tmp = temp_path(self.path)
         self._writer: pq.ParquetWriter | None = None
         self._row_group_size = row_group_size
         self._row_group_bytes = row_group_bytes
@@ -413,4 +480,7 @@ class TraceWriter:
             os.chmod(self._tmp, 0o600)  # real prompts and answers: private to the owner
         with open(self._tmp, "rb") as handle:
             os.fsync(handle.fileno())
-        os.replace(self._tmp, self.path)
+        try:
+            replace_file(self._tmp, self.path)  # never onto a directory, device or symbolic link
+        finally:
+            self._tmp.unlink(missing_ok=True)

@@ -28,7 +28,8 @@ def peak_rate(offsets_s: np.ndarray, window_s: float) -> float:
     """Highest number of arrivals in any fixed window (aligned to the first arrival), per second."""
     if offsets_s.size == 0:
         return 0.0
-    counts = np.bincount((offsets_s // window_s).astype(np.int64))
+    # np.unique, not np.bincount: memory by arrivals, not by windows (a trace may span years)
+    _, counts = np.unique((offsets_s // window_s).astype(np.int64), return_counts=True)
     return float(counts.max() / window_s)
 
 

@@ -9,21 +9,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 
 from llmreplay.trace_format import (
     CONTENT_COLUMNS,
     ENUM_COLUMNS,
+    MAX_ARRIVAL_US,
     NON_NEGATIVE_COLUMNS,
     SHAPE_COLUMNS,
+    UPPER_BOUNDS,
 )
 
 FLOAT32_MAX = 3.4028234663852886e38
 INVALID_FIELDS = "invalid_fields"
 
 Check = Callable[[object], bool]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class UnwritableRow(ValueError):
@@ -34,7 +37,7 @@ def int_range(name: str, dtype: pa.DataType) -> tuple[int, int]:
     """The inclusive range a column's integers may take: its Arrow width, and >= 0 where the format says so."""
     bits = dtype.bit_width
     low = 0 if name in NON_NEGATIVE_COLUMNS else -(1 << (bits - 1))
-    return low, (1 << (bits - 1)) - 1
+    return low, min((1 << (bits - 1)) - 1, UPPER_BOUNDS.get(name, 1 << 64))
 
 
 def fits(name: str, value: object) -> bool:
@@ -112,8 +115,10 @@ def _value_check(name: str, dtype: pa.DataType) -> Check:
     if pa.types.is_integer(dtype):
         return _int_check(*int_range(name, dtype))
     if pa.types.is_timestamp(dtype):
-        micros = _int_check(0, (1 << 63) - 1)  # microseconds since the epoch, as TraceRecord holds them
-        return lambda v: micros(v) or (isinstance(v, datetime) and v.tzinfo is not None)
+        micros = _int_check(0, MAX_ARRIVAL_US)  # microseconds since the epoch, as TraceRecord holds them
+        return lambda v: (
+            micros(v) or (isinstance(v, datetime) and v.tzinfo is not None and micros(_micros(v)))
+        )
     if pa.types.is_floating(dtype):
         return _float_check(dtype)
     if pa.types.is_string(dtype):
@@ -123,13 +128,20 @@ def _value_check(name: str, dtype: pa.DataType) -> Check:
     raise TypeError(f"no value rule for column {name} of type {dtype}")  # a new column type needs one
 
 
+def _micros(value: datetime) -> int:
+    return (value - _EPOCH) // timedelta(microseconds=1)
+
+
 def _is_message(m) -> bool:
     return isinstance(m, dict) and _is_text(m.get("role")) and _COUNT(m.get("tokens"))
 
 
 _COUNT = _int_check(0, (1 << 31) - 1)
 # list items with rules of their own: message shapes, and offsets that count forward from arrival
-_ITEM_CHECKS: dict[str, Check] = {"messages": _is_message, "chunk_offsets_ns": _int_check(0, (1 << 63) - 1)}
+_ITEM_CHECKS: dict[str, Check] = {
+    "messages": _is_message,
+    "chunk_offsets_ns": _int_check(0, UPPER_BOUNDS["chunk_offsets_ns"]),
+}
 _RULES: dict[str, tuple[Check, bool]] = {
     name: (_value_check(name, dtype), nullable) for name, dtype, nullable in SHAPE_COLUMNS + CONTENT_COLUMNS
 }

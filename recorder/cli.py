@@ -16,7 +16,30 @@ def _listen(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise BadInput(f"--listen {text!r}: expected HOST:PORT, e.g. 127.0.0.1:8080")
-    return host or "127.0.0.1", int(port)
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _check_listen(host: str, port: int) -> None:
+    """Bind once before mitmproxy does, so a busy port is one line, not mitmproxy's startup advice."""
+    import errno
+    import socket
+
+    where = f"--listen {host}:{port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise BadInput(f"{where}: cannot resolve {host} ({exc.strerror})") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as mitmproxy binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            reason = {
+                errno.EADDRINUSE: "address already in use (another process listens there; choose another port)",
+                errno.EADDRNOTAVAIL: "no such address on this machine",
+                errno.EACCES: "permission denied (ports below 1024 need privileges)",
+            }.get(exc.errno, exc.strerror)
+            raise BadInput(f"{where}: {reason}") from None
 
 
 def _upstream(url: str) -> str:
@@ -69,7 +92,7 @@ def _upstream(url: str) -> str:
     help="Disk kept for unconverted captures while filing lags or is down; beyond it new captures"
     " are dropped and counted, traffic still flows [default: 4GB].",
 )
-@click.option("--duration", default=None, help="Stop (gracefully) after this long: 90s, 15m, 24h.")
+@click.option("--duration", default=None, help="Stop (gracefully) after this long: 600s, 10m, 24h.")
 @click.option(
     "--max-sessions",
     type=int,
@@ -93,8 +116,10 @@ def record(upstream, listen, out, content, session_header, session_from_user, to
     """Record LLM traffic at the gateway: stream it through untouched, write one trace row per request."""
     import logging
 
+    from llmreplay.output_paths import check_output_dir
     from recorder.config import RecorderConfig, check_tokenizer_spec, parse_duration_s
     from recorder.embedded import RecordRun, run_recorder
+    from recorder.keys import load_or_create_key
 
     given = {
         "out": out,
@@ -122,6 +147,10 @@ def record(upstream, listen, out, content, session_header, session_from_user, to
     if drain_timeout:
         run_fields["drain_timeout_s"] = parse_duration_s(drain_timeout, "--drain-timeout")
     run = RecordRun(**run_fields)
+    check_output_dir(config.out, "-o")
+    check_output_dir(run.confdir, "--confdir")
+    load_or_create_key(config.key_file)  # the policy of llmreplay.key_files, checked before the proxy starts
+    _check_listen(run.listen_host, run.listen_port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("mitmproxy").setLevel(logging.WARNING)
     click.echo(

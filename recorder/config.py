@@ -1,6 +1,6 @@
 """The recorder's settings, defined once: the CLI and the mitmproxy options both build a RecorderConfig.
 
-Parsing of human sizes and durations lives here too; nothing here imports mitmproxy.
+Parsing of human sizes lives here too (durations: llmreplay.durations); nothing here imports mitmproxy.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from llmreplay import durations
 from llmreplay.errors import BadInput
 from llmreplay.tokenizers import DEFAULT_TOKENIZER
 from llmreplay.trace_format import DEFAULT_BLOCK_SIZE
@@ -16,7 +17,6 @@ from llmreplay.trace_format import DEFAULT_BLOCK_SIZE
 DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
 DEFAULT_KEY_FILE = "~/.config/llmreplay/recorder.key"
 
-_DURATION_UNITS_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _SIZE_UNITS_BYTES = {
     "b": 1,
     "kb": 1000,
@@ -87,14 +87,8 @@ def option_names() -> list[str]:
 
 
 def parse_duration_s(text: str, what: str = "--duration") -> float:
-    """'90s', '15m', '24h', '2d', '250ms' or a plain number of seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", text.lower())
-    if not match:
-        raise BadInput(f"{what} {text!r}: not a duration (use e.g. 90s, 15m, 24h)")
-    value = float(match.group(1)) * _DURATION_UNITS_S[match.group(2) or "s"]
-    if value <= 0:
-        raise BadInput(f"{what} {text!r}: must be positive")
-    return value
+    """'90s', '15m', '24h', '2d', '250ms' or a plain number of seconds (llmreplay.durations)."""
+    return durations.parse_duration_s(text, what)
 
 
 def parse_size_bytes(text: str, what: str = "--rotate") -> int:

@@ -8,43 +8,26 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 from pathlib import Path
 
-from llmreplay.errors import BadInput
+from llmreplay.key_files import check_key_strength, create_key_file, hex_digits, read_key_file
 
-KEY_BYTES = 32
+BLAKE2B_MAX_KEY_BYTES = 64
 
 
 def load_or_create_key(path: str | os.PathLike) -> bytes:
-    """Read the hex key at `path`, or create it (0600, atomically) when the file does not exist."""
+    """The key of the file at `path` (llmreplay.key_files policy), created when it does not exist.
+
+    Hex text is decoded (the form the recorder writes); other content is used as bytes. A key longer
+    than BLAKE2b takes is hashed down to 64 bytes.
+    """
     path = Path(path).expanduser()
     if not path.exists():
-        _create_key(path)
-    try:
-        text = path.read_text().strip()
-        key = bytes.fromhex(text)
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise BadInput(
-            f"--key-file {path}: unreadable key ({type(exc).__name__}); expected {KEY_BYTES * 2} hex digits"
-        ) from None
-    if not 16 <= len(key) <= 64:
-        raise BadInput(
-            f"--key-file {path}: key must be 16 to 64 bytes (32 to 128 hex digits), got {len(key)} bytes"
-        )
-    return key
-
-
-def _create_key(path: Path) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(secrets.token_hex(KEY_BYTES) + "\n")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise BadInput(f"--key-file {path}: cannot create key file ({exc.strerror})") from None
+        create_key_file(path)
+    data = check_key_strength(read_key_file(path), path)
+    digits = hex_digits(data)
+    key = bytes.fromhex(digits) if digits is not None else data
+    return key if len(key) <= BLAKE2B_MAX_KEY_BYTES else hashlib.blake2b(key).digest()
 
 
 def keyed_hash(key: bytes, value: str, prefix: str) -> str:

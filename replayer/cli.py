@@ -5,18 +5,67 @@ Defaults live in replayer.config only; a flag that is not given leaves the defau
 
 from __future__ import annotations
 
+import math
+import urllib.parse
+
 import click
 
+from llmreplay.durations import parse_duration_ns
 from llmreplay.errors import BadInput
-from replayer.config import ENGINES, NS_PER_S
+from replayer import gate_options
+from replayer.config import ENGINES
+
+DURATION = "DURATION"  # metavar of every duration flag: 600s, 10m, 24h; a bare number is seconds
 
 
-def _ns(seconds: float | None, flag: str, allow_zero: bool = False) -> int | None:
-    if seconds is None:
+def _ns(text: str | None, flag: str, allow_zero: bool = False) -> int | None:
+    """A DURATION flag (600s, 10m, 24h; a bare number is seconds) in nanoseconds; None if not given."""
+    if text is None:
         return None
-    if seconds < 0 or (seconds == 0 and not allow_zero):
-        raise BadInput(f"{flag} {seconds}: must be {'>= 0' if allow_zero else '> 0'} seconds")
-    return round(seconds * NS_PER_S)
+    return parse_duration_ns(text, flag, allow_zero=allow_zero)
+
+
+def _factor(value: float | None, flag: str) -> float | None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise BadInput(f"{flag} {value}: must be a finite number greater than 0")
+    return value
+
+
+def _lag_bound_ns(text: str | None, legacy_ms: float | None) -> int | None:
+    if text is not None:
+        return gate_options.dispatch_lag_ns(text)
+    if legacy_ms is not None:
+        if not (math.isfinite(legacy_ms) and legacy_ms > 0):
+            raise BadInput(f"--lag-bound-ms {legacy_ms}: must be a finite number greater than 0")
+        return _ns(f"{legacy_ms!r}ms", "--lag-bound-ms")
+    return None
+
+
+def _limits(max_dispatch_lag_ns: int | None):
+    """The run's fidelity limits with --max-dispatch-lag applied (None: the defaults)."""
+    if max_dispatch_lag_ns is None:
+        return None
+    from replayer.gate_limits import FidelityLimits
+
+    return FidelityLimits(max_dispatch_lag_p99_ns=max_dispatch_lag_ns)
+
+
+def _metrics_url(url: str | None) -> str | None:
+    if url is None:
+        return None
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as exc:
+        raise BadInput(f"--server-metrics {url!r}: not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadInput(
+            f"--server-metrics {url!r}: expected an http:// or https:// URL, e.g. http://HOST:PORT/metrics"
+        )
+    try:
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError:
+        raise BadInput(f"--server-metrics {url!r}: the port is not a number from 1 to 65535") from None
+    return url
 
 
 def _header(value: str) -> tuple[str, str]:
@@ -38,28 +87,43 @@ def _given(**values) -> dict:
     "--target", required=True, help="Base URL of the OpenAI-compatible engine, e.g. http://127.0.0.1:8000"
 )
 @click.option("-o", "--out", "run_dir", required=True, type=click.Path(), help="Run directory to create.")
-@click.option("--speed", type=float, help="Time factor: 2 sends twice as fast. [1]")
+@click.option("--speed", type=float, help="Time factor: 2 sends twice as fast [default: 1].")
 @click.option(
-    "--scale", type=float, help="Load factor on sessions: 0.5 keeps half, 2 adds a copy of each. [1]"
+    "--scale", type=float, help="Load factor on sessions: 0.5 keeps half, 2 adds a copy of each [default: 1]."
 )
-@click.option("--seed", type=int, help="Seed of --scale sampling, copy jitter and copy nonces. [0]")
+@click.option("--seed", type=int, help="Seed of --scale sampling, copy jitter and copy nonces [default: 0].")
 @click.option(
-    "--copy-jitter", "copy_jitter_s", type=float, help="Bound of the seeded shift of --scale copies, s. [1]"
+    "--copy-jitter",
+    "copy_jitter_s",
+    metavar=DURATION,
+    help="Bound of the seeded shift of --scale copies [default: 1s].",
 )
-@click.option("--from", "from_s", type=float, help="Start of the trace window, s from its first request.")
-@click.option("--to", "to_s", type=float, help="End of the trace window, s from its first request.")
+@click.option("--from", "from_s", metavar=DURATION, help="Start of the trace window, from its first request.")
+@click.option("--to", "to_s", metavar=DURATION, help="End of the trace window, from its first request.")
 @click.option("--limit", type=int, help="Send at most N trace rows.")
 @click.option(
-    "--max-idle-gap", "max_idle_gap_s", type=float, help="Cut idle stretches longer than this many s."
+    "--max-idle-gap", "max_idle_gap_s", metavar=DURATION, help="Cut idle stretches longer than this."
 )
 @click.option("--no-cancellations", is_flag=True, help="Do not mirror production client disconnects.")
-@click.option("--workers", type=int, help="Processes, each owning a shard of the sessions. [1]")
-@click.option("--max-inflight", type=int, help="Cap on open requests; above it requests are shed. [10000]")
-@click.option("--duration", "duration_s", type=float, help="Stop sending after this many s.")
+@click.option("--workers", type=int, help="Processes, each owning a shard of the sessions [default: 1].")
 @click.option(
-    "--grace", "grace_s", type=float, help="After a stop, wait this long for in-flight requests, s. [30]"
+    "--max-inflight", type=int, help="Cap on open requests; above it requests are shed [default: 10000]."
 )
-@click.option("--engine", type=click.Choice(ENGINES), help="Fields that force output length. [detect]")
+@click.option(
+    "--duration",
+    "duration_s",
+    metavar=DURATION,
+    help="Stop sending after this long; later requests are not built.",
+)
+@click.option(
+    "--grace",
+    "grace_s",
+    metavar=DURATION,
+    help="After a stop, wait this long for in-flight requests [default: 30s].",
+)
+@click.option(
+    "--engine", type=click.Choice(ENGINES), help="Fields that force output length [default: detect]."
+)
 @click.option("--model", help="Model name to send, overriding the trace's.")
 @click.option("--session-header", help="Send the session id in this header (e.g. X-Session-Affinity).")
 @click.option(
@@ -70,27 +134,42 @@ def _given(**values) -> dict:
     envvar=["LLMREPLAY_API_KEY", "OPENAI_API_KEY"],
     help="Bearer token (or env LLMREPLAY_API_KEY / OPENAI_API_KEY); never written anywhere.",
 )
-@click.option("--tokenizer", help="Tokenizer for synthesized prompts and missing usage. [mistral-tekken]")
-@click.option("--connect-timeout", "connect_timeout_s", type=float, help="TCP connect timeout, s. [30]")
 @click.option(
-    "--read-timeout", "read_timeout_s", type=float, help="Longest silence within one response, s. [600]"
+    "--tokenizer", help="Tokenizer for synthesized prompts and missing usage [default: mistral-tekken]."
 )
 @click.option(
-    "--server-metrics", "server_metrics_url", help="Prometheus URL to scrape every second during the run."
+    "--connect-timeout", "connect_timeout_s", metavar=DURATION, help="TCP connect timeout [default: 30s]."
 )
 @click.option(
-    "--lag-bound-ms", type=float, help="Dispatch lag p99 above this marks the replay unfaithful (exit 1). [5]"
+    "--read-timeout",
+    "read_timeout_s",
+    metavar=DURATION,
+    help="Longest silence within one response [default: 600s].",
 )
-@click.option("--quiet", is_flag=True, help="No progress display.")
+@click.option(
+    "--server-metrics",
+    "server_metrics_url",
+    help="Prometheus URL to scrape every second during the run (checked before the clock starts).",
+)
+@gate_options.gate_options
+@click.option("--lag-bound-ms", type=float, hidden=True)  # the old spelling of --max-dispatch-lag, in ms
+@click.option("--quiet", is_flag=True, help="No progress display and no table: the one-line verdict only.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def replay(trace, target, run_dir, **opts):
-    """Replay TRACE open-loop against --target and write results to RUN_DIR."""
+    """Replay TRACE open-loop against --target and write results to RUN_DIR.
+
+    Ends with a one-line verdict; exit 1 when the replay was unfaithful (requests not sent,
+    dispatch lag over --max-dispatch-lag, lengths off) or more than --max-error-rate of its requests
+    failed: the checks `llmreplay report` makes of the run.
+    """
+    from llmreplay.output_paths import check_output_dir
     from replayer.config import ReplayConfig, ScheduleConfig
 
+    check_output_dir(run_dir, "-o")
     schedule = ScheduleConfig(
         **_given(
-            speed=opts["speed"],
-            scale=opts["scale"],
+            speed=_factor(opts["speed"], "--speed"),
+            scale=_factor(opts["scale"], "--scale"),
             seed=opts["seed"],
             copy_jitter_ns=_ns(opts["copy_jitter_s"], "--copy-jitter", allow_zero=True),
             from_offset_ns=_ns(opts["from_s"], "--from", allow_zero=True),
@@ -118,8 +197,9 @@ def replay(trace, target, run_dir, **opts):
             tokenizer=opts["tokenizer"],
             connect_timeout_ns=_ns(opts["connect_timeout_s"], "--connect-timeout"),
             read_timeout_ns=_ns(opts["read_timeout_s"], "--read-timeout"),
-            server_metrics_url=opts["server_metrics_url"],
-            lag_bound_ns=None if opts["lag_bound_ms"] is None else round(opts["lag_bound_ms"] * 1e6),
+            server_metrics_url=_metrics_url(opts["server_metrics_url"]),
+            limits=_limits(_lag_bound_ns(opts["max_dispatch_lag"], opts["lag_bound_ms"])),
+            max_error_rate=gate_options.error_rate(opts["max_error_rate"]),
             quiet=opts["quiet"] or opts["as_json"],
         ),
     )
@@ -131,7 +211,7 @@ def _run(config, as_json: bool) -> None:
     from rich.console import Console
 
     from replayer.coordinator import run_replay
-    from replayer.summary import print_summary
+    from replayer.summary import print_summary, print_verdict
 
     console = Console(stderr=True)
     outcome = run_replay(config, console)
@@ -139,7 +219,13 @@ def _run(config, as_json: bool) -> None:
         click.echo(
             orjson.dumps(outcome.summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
         )
-    elif not config.quiet:
+        print_verdict(outcome.summary, console)  # on stderr: stdout stays pure JSON
+    elif config.quiet:
+        print_verdict(outcome.summary, Console())  # --quiet: the one-line verdict, nothing else
+    else:
         print_summary(outcome.summary, Console())
         click.echo(f"run written to {outcome.run_dir}")
+    if outcome.summary.get("stop_reason") == "interrupted":
+        click.echo(f"llmreplay: error: interrupted; the run so far is in {outcome.run_dir}", err=True)
+        raise SystemExit(130)  # Ctrl-C: the shell's convention, whatever the verdict
     raise SystemExit(outcome.exit_code)

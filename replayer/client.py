@@ -25,6 +25,7 @@ from replayer.http_pool import Connection, ConnectionPool
 from replayer.sse import SseStream
 
 ERROR_BODY_LIMIT_BYTES = 65_536
+ERROR_EXCERPT_BYTES = 2_048  # of an error response's body, kept as the request's error_detail
 NEVER_NS = 1 << 62
 PARSE_SLICE_NS = 250_000  # parse stashed reads this long, then let the loop poll sockets again
 _HEAD, _ERROR, _SSE, _WHOLE, _DONE = range(5)
@@ -218,6 +219,12 @@ class Exchange:
         self.outcome.fail(reason, detail)
         self._end(False, time.perf_counter_ns())
 
+    def abort(self) -> None:
+        """Drop the connection at once, unflushed (the worker is exiting: nothing more may be sent)."""
+        conn = self._conn
+        if conn is not None:
+            conn.abort()
+
     # -- protocol callbacks (the transport's, while the request is open) ----------------------------
     def data_received(self, data: bytes) -> None:
         """Stamp the read (ReadClock's rules) and stash it for parsing after the loop's pass."""
@@ -318,6 +325,8 @@ class Exchange:
         elif state == _WHOLE:
             self._body.append(body)
         elif state == _ERROR:
+            if self._body_bytes < ERROR_EXCERPT_BYTES:
+                self._body.append(body[: ERROR_EXCERPT_BYTES - self._body_bytes])
             self._body_bytes += len(body)
             if self._body_bytes > ERROR_BODY_LIMIT_BYTES:
                 self._end(False, self._read_ns)  # enough of an error page; do not read megabytes of it
@@ -345,6 +354,8 @@ class Exchange:
             _read_whole(b"".join(self._body), self._content_type, outcome, self.stream)
         elif state == _HEAD and outcome.error_kind is None:
             outcome.fail("invalid_response", "the connection ended before a response")
+        elif state == _ERROR and self._body:
+            outcome.error_detail = b"".join(self._body).decode("utf-8", "replace")
         self._raw = self._body = None
         if not self.done.done():
             self.done.set_result(outcome)

@@ -1,8 +1,9 @@
 """Comparison of two sides (trace or run) — or the summary of one: a JSON-ready dict with verdicts.
 
 Pure logic over loaded tables (replayer.compare_inputs does the I/O); the reports only render it.
-Latency percentiles carry bootstrap CIs; exit status: 0 nothing regressed, 1 regression, SLO
-breach or unfaithful replay.
+Latency percentiles carry paired-bootstrap CIs (replayer.compare_latency); the verdict and its
+headline come from replayer.compare_verdict. Exit status: 0 nothing failed, 1 a regression, an SLO
+breach, an error rate over its limit, an unfaithful or interrupted replay, or different loads.
 """
 
 from __future__ import annotations
@@ -10,17 +11,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from llmreplay.errors import BadInput
 from llmreplay.metrics import LATENCY_METRICS, PERCENTILES
-from replayer import compare_fidelity, compare_load, compare_slo, compare_stats
+from replayer import compare_fidelity, compare_load, compare_paired, compare_slo, compare_stats, run_fidelity
+from replayer.compare_buckets import buckets_section
 from replayer.compare_inputs import RUN, TRACE, Side, shift_latencies
-from replayer.compare_requests import CLIENT_SIDE_ERRORS, Requests, build_requests, own_duration_s, time_scale
+from replayer.compare_latency import CellSettings, Samples, latency_rows, sample_warnings, samples
+from replayer.compare_requests import (
+    Requests,
+    build_requests,
+    own_duration_s,
+    same_load,
+    side_load,
+    time_scale,
+)
+from replayer.compare_verdict import verdict
+from replayer.error_gate import commonest_messages, engine_error_mask, error_counts, error_rate_check
+from replayer.gate_limits import ERROR_RATE_TOLERANCE, MAX_ERROR_RATE, FidelityLimits
 
-INPUT_TOKEN_EDGES = (512, 2048, 8192)
-INPUT_TOKEN_LABELS = ("<512", "512-2k", "2k-8k", ">8k")
-MAX_MODEL_BUCKETS = 8
 CDF_POINTS = 201
 PAIRED_RATIO_PERCENTILES = (1, 10, 50, 90, 99)
 CLOCK_DOMAIN_NOTES = {
@@ -40,10 +51,13 @@ class CompareConfig:
     """Everything that shapes a comparison; the CLI fills it, defaults live here only."""
 
     tolerance: float = 0.10  # relative change a latency percentile may move before it counts
-    error_rate_tolerance: float = 0.01  # absolute change of the error share
+    error_rate_tolerance: float = ERROR_RATE_TOLERANCE  # absolute change of the error share
+    max_error_rate: float = MAX_ERROR_RATE  # the candidate's (or the run's) error share may not exceed it
     slos: tuple[compare_slo.Slo, ...] = ()
     offset_ttft_ns: int = 0  # subtracted from the candidate's TTFT and E2E (network difference)
-    limits: compare_fidelity.FidelityLimits = field(default_factory=compare_fidelity.FidelityLimits)
+    limits: FidelityLimits = field(default_factory=FidelityLimits)
+    allow_different_load: bool = False  # judge latency even when the sides ran at different speed/scale
+    fail_on_inconclusive: bool = False  # an inconclusive latency or error-rate verdict fails the gate
     confidence: float = compare_stats.CONFIDENCE  # family-wise, over the metric x percentile verdicts
     seed: int = compare_stats.BOOTSTRAP_SEED
     draws: int = compare_stats.BOOTSTRAP_DRAWS
@@ -52,41 +66,79 @@ class CompareConfig:
     def interval_confidence(self) -> float:
         return compare_stats.per_interval_confidence(self.confidence, len(LATENCY_METRICS) * len(PERCENTILES))
 
+    def cells(self, refused: bool = False) -> CellSettings:
+        return CellSettings(self.tolerance, self.interval_confidence, self.draws, refused)
+
 
 def compare_sides(baseline: Side, candidate: Side, config: CompareConfig) -> dict:
     """The full comparison of candidate against baseline, restricted to the requests both contain."""
     candidate = shift_latencies(candidate, config.offset_ttft_ns)
+    run_checks = _run_checks(baseline, config) + _run_checks(candidate, config)  # each run as a whole
     baseline, candidate, common = _restrict_to_common(baseline, candidate)
     rng = compare_stats.make_rng(config.seed)
     b_req, c_req = build_requests(baseline), build_requests(candidate)
     b_scale, c_scale = time_scale(baseline, b_req), time_scale(candidate, c_req)
+    b_load, c_load = side_load(baseline, b_req), side_load(candidate, c_req)
+    matched = same_load(b_load, c_load)
+    refused = not matched and not config.allow_different_load
     common_b, common_c = _paired_indices(b_req, c_req)
+    b_clusters, c_clusters, clusters = _cluster_numbers(baseline, candidate)
+    counts = _shared_resamples(clusters, config, rng)
+    b_all, c_all = samples(b_req, b_clusters), samples(c_req, c_clusters)
     sides = [(baseline, b_req, b_scale), (candidate, c_req, c_scale)]
-    latency = _latency_section(baseline, b_req, candidate, c_req, config, rng)
+    latency = latency_rows(b_all, c_all, clusters, config.cells(refused), rng, candidate.label, counts)
     errors = _errors_section(b_req, c_req, config, rng)
-    fidelity = _fidelity_section(baseline, b_req, candidate, c_req, common_b, common_c, c_scale, config)
-    slos = _slo_section(baseline, b_req, candidate, c_req, config)
+    checks = run_checks + compare_fidelity.cross_checks(
+        b_req, c_req, common_b, common_c, c_scale, baseline.kind == TRACE, config.limits
+    )
+    checks.append(compare_fidelity.load_check(b_load, c_load, matched, config.allow_different_load))
+    slos = _slo_section(b_all, c_all, config)
+    side_rows = {s.label: _side_summary(s, r, scale) for s, r, scale in sides}
     result = {
         "mode": "compare",
         "tolerance": config.tolerance,
         "error_rate_tolerance": config.error_rate_tolerance,
+        "max_error_rate": config.max_error_rate,
         "confidence": config.confidence,
         "interval_confidence": config.interval_confidence,
         "common_requests": common,
-        "sides": {s.label: _side_summary(s, r, scale) for s, r, scale in sides},
+        "sides": side_rows,
+        "like_with_like": {"baseline": b_load, "candidate": c_load, "same": matched, "refused": refused},
         "clock_domains": _clock_domains(baseline, candidate, config),
-        "fidelity": fidelity,
+        "fidelity": _fidelity(checks),
         "latency": latency,
+        "warnings": sample_warnings(latency, ["baseline", candidate.label]),
         "slos": slos,
         "goodput": {s.label: _goodput(r, config) for s, r, _ in sides},
         "errors": errors,
-        "buckets": _buckets_section(baseline, b_req, candidate, c_req, config, rng),
+        "buckets": buckets_section(
+            b_req,
+            b_clusters,
+            c_req,
+            c_clusters,
+            clusters,
+            config.cells(refused),
+            rng,
+            candidate.label,
+            counts,
+        ),
         "paired": _paired_section(b_req, c_req, common_b, common_c, config),
         "load": _load_section(sides),
-        "cdf": {s.label: _cdf_points(s, r) for s, r, _ in sides},
+        "cdf": {baseline.label: _cdf_points(b_all), candidate.label: _cdf_points(c_all)},
         "metric_definitions": METRIC_DEFINITIONS,
     }
-    result["verdict"] = _overall_verdict(result)
+    result["verdict"] = verdict(
+        "compare",
+        checks,
+        [errors["gate"]],
+        slos,
+        side_rows,
+        latency=latency,
+        error_comparison=errors["comparison"],
+        tolerance=config.tolerance,
+        fail_on_inconclusive=config.fail_on_inconclusive,
+        has_run=RUN in (baseline.kind, candidate.kind),
+    )
     return result
 
 
@@ -95,28 +147,50 @@ def summarize_side(side: Side, config: CompareConfig) -> dict:
     req = build_requests(side)
     scale = time_scale(side, req)
     rng = compare_stats.make_rng(config.seed)
-    fidelity = compare_fidelity.run_checks(side.label, req, config.limits) if side.kind == RUN else []
+    clusters = np.arange(len(req))
+    everything = samples(req, clusters)
+    checks = _run_checks(side, config)
+    errors = _errors_section(None, req, config, rng, side.label)
+    slos = _slo_section(None, everything, config)
+    side_rows = {side.label: _side_summary(side, req, scale)}
+    latency = latency_rows(None, everything, len(req), config.cells(), rng, side.label)
     result = {
         "mode": "report",
         "tolerance": config.tolerance,
-        "sides": {side.label: _side_summary(side, req, scale)},
+        "max_error_rate": config.max_error_rate,
+        "sides": side_rows,
+        "like_with_like": {side.label: side_load(side, req)},
         "clock_domains": {side.label: CLOCK_DOMAIN_NOTES.get(side.clock_domain, side.clock_domain)},
-        "fidelity": {
-            "checks": fidelity,
-            "unfaithful": any(c["status"] == compare_fidelity.FAIL for c in fidelity),
-        },
-        "latency": _latency_section(None, None, side, req, config, rng),
-        "slos": _slo_section(None, None, side, req, config),
+        "fidelity": _fidelity(checks),
+        "latency": latency,
+        "warnings": sample_warnings(latency, [side.label]),
+        "slos": slos,
         "goodput": {side.label: _goodput(req, config)},
-        "errors": _errors_section(None, req, config, rng, side.label),
-        "buckets": _buckets_section(None, None, side, req, config, rng),
+        "errors": errors,
+        "buckets": buckets_section(None, None, req, clusters, len(req), config.cells(), rng, side.label),
         "paired": None,
         "load": _load_section([(side, req, scale)]),
-        "cdf": {side.label: _cdf_points(side, req)},
+        "cdf": {side.label: _cdf_points(everything)},
         "metric_definitions": METRIC_DEFINITIONS,
     }
-    result["verdict"] = _overall_verdict(result)
+    result["verdict"] = verdict("report", checks, [errors["gate"]], slos, side_rows, has_run=side.kind == RUN)
     return result
+
+
+def _run_checks(side: Side, config: CompareConfig) -> list[dict]:
+    """replayer.run_fidelity's checks of a replay run, as `replay` itself made them; none for a trace."""
+    if side.kind != RUN:
+        return []
+    never_attempted, stop_reason = run_fidelity.completeness(side.config)
+    facts = run_fidelity.run_facts(side.table, never_attempted, stop_reason)
+    return run_fidelity.run_checks(side.label, facts, config.limits)
+
+
+def _fidelity(checks: list[dict]) -> dict:
+    unfaithful = any(
+        c["status"] == run_fidelity.FAIL and c["check"] != compare_fidelity.LOAD_CHECK for c in checks
+    )
+    return {"checks": checks, "unfaithful": unfaithful}
 
 
 # --- joining -------------------------------------------------------------------------------------
@@ -159,158 +233,60 @@ def _paired_indices(b: Requests, c: Requests) -> tuple[np.ndarray, np.ndarray]:
     return idx[:, 0], idx[:, 1]
 
 
-# --- latency ---------------------------------------------------------------------------------------
-
-
-def _metric_values(req: Requests, mask: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """Sorted finite values (ns) of every metric, for the rows in `mask`."""
-    mask = np.ones(len(req), dtype=bool) if mask is None else mask
-    values = {name: req.latency_ns[name][mask] for name in ("ttft", "tpot", "e2e")}
-    values["itl"] = req.itl_gaps_ns[mask[req.itl_owner]]
-    return {name: np.sort(v[np.isfinite(v)]) for name, v in values.items()}
-
-
-def _itl_clusters(req: Requests, mask: np.ndarray | None = None) -> int:
-    """Requests behind the pooled ITL gaps: the effective sample size of correlated gaps."""
-    mask = np.ones(len(req), dtype=bool) if mask is None else mask
-    return int((req.success & req.stream & mask).sum())
-
-
-def _distribution(values_sorted: np.ndarray) -> dict:
-    out: dict = {"count": int(values_sorted.size)}
-    for q in PERCENTILES:
-        out[f"p{q}_ms"] = _quantile_ms(values_sorted, q)
-    return out
-
-
-def _quantile_ms(values_sorted: np.ndarray, q: float) -> float | None:
-    value = compare_stats.sorted_quantile(values_sorted, q / 100)
-    return None if value is None else value / 1e6
-
-
-def _latency_rows(
-    b_values: dict | None,
-    c_values: dict,
-    b_clusters: int,
-    c_clusters: int,
-    config: CompareConfig,
-    rng,
-    c_label: str = "candidate",
-) -> dict:
-    rows = {}
-    for name in LATENCY_METRICS:
-        row = {c_label: _distribution(c_values[name])}
-        if b_values is not None:
-            row["baseline"] = _distribution(b_values[name])
-            row["comparison"] = {}
-            for q in PERCENTILES:
-                estimate = compare_stats.quantile_ratio(
-                    b_values[name],
-                    c_values[name],
-                    q / 100,
-                    rng,
-                    baseline_n_eff=b_clusters if name == "itl" else None,
-                    candidate_n_eff=c_clusters if name == "itl" else None,
-                    draws=config.draws,
-                    confidence=config.interval_confidence,
-                )
-                row["comparison"][f"p{q}"] = {
-                    "ratio": estimate.ratio,
-                    "ci_low": estimate.ci_low,
-                    "ci_high": estimate.ci_high,
-                    "verdict": compare_stats.latency_verdict(estimate, config.tolerance),
-                }
-        rows[name] = row
-    return rows
-
-
-def _latency_section(baseline, b_req, candidate, c_req, config, rng) -> dict:
-    b_values = _metric_values(b_req) if baseline is not None else None
-    b_clusters = _itl_clusters(b_req) if b_req is not None else 0
-    return _latency_rows(
-        b_values,
-        _metric_values(c_req),
-        b_clusters,
-        _itl_clusters(c_req),
-        config,
-        rng,
-        candidate.label,
+def _cluster_numbers(baseline: Side, candidate: Side) -> tuple[np.ndarray, np.ndarray, int]:
+    """Each row's request number, shared by the two sides (the bootstrap resamples these: a request
+    and its replay copies together, on both sides at once), and how many requests there are."""
+    b_keys = baseline.table.column(baseline.join_key)
+    c_keys = candidate.table.column(candidate.join_key)
+    encoded = pa.chunked_array(b_keys.chunks + c_keys.chunks, type=pa.string()).dictionary_encode()
+    numbers = np.asarray(pc.cast(encoded.combine_chunks().indices, pa.int64()).to_numpy(zero_copy_only=False))
+    return (
+        numbers[: len(b_keys)],
+        numbers[len(b_keys) :],
+        len(encoded.chunk(0).dictionary) if encoded.num_chunks else 0,
     )
 
 
-def _cdf_points(side: Side, req: Requests) -> dict:
-    """Each metric's quantile function at CDF_POINTS evenly spaced levels (ms), for the charts."""
-    levels = np.linspace(0, 100, CDF_POINTS)
-    out = {}
-    for name, values in _metric_values(req).items():
-        out[name] = (np.percentile(values, levels) / 1e6).tolist() if values.size else []
+def _shared_resamples(clusters: int, config: CompareConfig, rng) -> np.ndarray | None:
+    """One set of pair resamples for every metric, when the comparison is small enough to resample literally."""
+    if 0 < clusters <= compare_paired.EXACT_MAX_REQUESTS:
+        return compare_paired.resample_counts(clusters, config.draws, rng)
+    return None
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+
+def _errors_section(
+    b_req: Requests | None, c_req: Requests, config: CompareConfig, rng, c_label: str = "candidate"
+) -> dict:
+    """Counts by kind and the commonest messages of each side; the candidate's error rate against
+    --max-error-rate, and its change from the baseline's (significant and over the tolerance fails)."""
+    out = {c_label: _error_side(c_req), "comparison": None}
+    out["gate"] = error_rate_check(c_label, out[c_label], config.max_error_rate)
+    if b_req is not None:
+        out["baseline"] = _error_side(b_req)
+        b, c = out["baseline"], out[c_label]
+        estimate = compare_stats.proportion_difference(
+            b["engine_errors"], b["counted"], c["engine_errors"], c["counted"], rng
+        )
+        out["comparison"] = {
+            "difference": estimate.difference,
+            "ci_low": estimate.ci_low,
+            "ci_high": estimate.ci_high,
+            "verdict": compare_stats.rate_verdict(estimate, config.error_rate_tolerance),
+        }
     return out
 
 
-# --- buckets ---------------------------------------------------------------------------------------
+def _error_side(req: Requests) -> dict:
+    counts = error_counts(req.error_kind, req.sent, req.success)
+    failed = engine_error_mask(req.error_kind, req.sent, req.success)
+    counts["top_messages"] = commonest_messages(req.error_kind, req.http_status, req.error_detail, failed)
+    return counts
 
 
-def _bucket_labels(req: Requests) -> dict[str, np.ndarray]:
-    tokens = req.shape_prompt_tokens
-    index = np.searchsorted(np.array(INPUT_TOKEN_EDGES), np.nan_to_num(tokens, nan=-1), side="right")
-    input_labels = np.array(INPUT_TOKEN_LABELS, dtype=object)[index]
-    input_labels[~np.isfinite(tokens)] = "unknown"
-    return {
-        "input_tokens": input_labels,
-        "stream": np.where(req.stream, "stream", "non-stream").astype(object),
-        "tools": np.where(req.tools, "with tools", "without tools").astype(object),
-        "model": req.model,
-    }
-
-
-def _bucket_order(dimension: str, labels: list[np.ndarray]) -> list[str]:
-    present = set().union(*(set(lab.tolist()) for lab in labels))
-    if dimension == "input_tokens":
-        return [b for b in (*INPUT_TOKEN_LABELS, "unknown") if b in present]
-    if dimension == "model":
-        counts: dict[str, int] = {}
-        for lab in labels:
-            for value in lab.tolist():
-                counts[value] = counts.get(value, 0) + 1
-        return sorted(counts, key=lambda k: -counts[k])[:MAX_MODEL_BUCKETS]
-    return sorted(present)
-
-
-def _buckets_section(baseline, b_req, candidate, c_req, config, rng) -> list[dict]:
-    c_labels = _bucket_labels(c_req)
-    b_labels = _bucket_labels(b_req) if b_req is not None else None
-    rows = []
-    for dimension, c_lab in c_labels.items():
-        sources = [c_lab] if b_labels is None else [b_labels[dimension], c_lab]
-        buckets = _bucket_order(dimension, sources)
-        if len(buckets) < 2:
-            continue  # one bucket is the whole run, already shown
-        for bucket in buckets:
-            c_mask = c_lab == bucket
-            b_mask = None if b_labels is None else b_labels[dimension] == bucket
-            b_values = None if b_mask is None else _metric_values(b_req, b_mask)
-            metrics = _latency_rows(
-                b_values,
-                _metric_values(c_req, c_mask),
-                0 if b_mask is None else _itl_clusters(b_req, b_mask),
-                _itl_clusters(c_req, c_mask),
-                config,
-                rng,
-                candidate.label,
-            )
-            rows.append(
-                {
-                    "dimension": dimension,
-                    "bucket": bucket,
-                    "baseline_requests": None if b_mask is None else int(b_mask.sum()),
-                    "candidate_requests": int(c_mask.sum()),
-                    "metrics": metrics,
-                }
-            )
-    return rows
-
-
-# --- paired view -----------------------------------------------------------------------------------
+# --- paired view, goodput, SLOs, load, sides -----------------------------------------------------
 
 
 def _paired_section(b: Requests, c: Requests, common_b, common_c, config: CompareConfig) -> dict:
@@ -333,44 +309,6 @@ def _paired_section(b: Requests, c: Requests, common_b, common_c, config: Compar
     return out
 
 
-# --- errors, goodput, SLOs -------------------------------------------------------------------------
-
-
-def _error_counts(req: Requests) -> dict:
-    kinds: dict[str, int] = {}
-    for kind in req.error_kind:
-        if kind is not None:
-            kinds[kind] = kinds.get(kind, 0) + 1
-    engine_errors = int((req.counted & ~req.success).sum())
-    return {
-        "requests": len(req),
-        "counted": int(req.counted.sum()),
-        "engine_errors": engine_errors,
-        "error_rate": engine_errors / int(req.counted.sum()) if req.counted.any() else None,
-        "by_kind": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
-        "client_side_kinds": sorted(CLIENT_SIDE_ERRORS & set(kinds)),
-    }
-
-
-def _errors_section(
-    b_req: Requests | None, c_req: Requests, config: CompareConfig, rng, c_label: str = "candidate"
-) -> dict:
-    out = {c_label: _error_counts(c_req)}
-    if b_req is not None:
-        out["baseline"] = _error_counts(b_req)
-        b, c = out["baseline"], out["candidate"]
-        estimate = compare_stats.proportion_difference(
-            b["engine_errors"], b["counted"], c["engine_errors"], c["counted"], rng
-        )
-        out["comparison"] = {
-            "difference": estimate.difference,
-            "ci_low": estimate.ci_low,
-            "ci_high": estimate.ci_high,
-            "verdict": compare_stats.rate_verdict(estimate, config.error_rate_tolerance),
-        }
-    return out
-
-
 def _goodput(req: Requests, config: CompareConfig) -> dict | None:
     if not config.slos:
         return None
@@ -378,29 +316,11 @@ def _goodput(req: Requests, config: CompareConfig) -> dict | None:
     return compare_slo.goodput(meets, req.counted, own_duration_s(req))
 
 
-def _slo_section(baseline, b_req, candidate, c_req, config: CompareConfig) -> list[dict]:
-    if not config.slos:
-        return []
-    c_values = _metric_values(c_req)
-    b_values = _metric_values(b_req) if baseline is not None else None
+def _slo_section(b: Samples | None, c: Samples, config: CompareConfig) -> list[dict]:
     return [
-        compare_slo.slo_verdict(slo, c_values[slo.metric], None if b_values is None else b_values[slo.metric])
+        compare_slo.slo_verdict(slo, c.sorted[slo.metric], None if b is None else b.sorted[slo.metric])
         for slo in config.slos
     ]
-
-
-# --- fidelity, load, sides -------------------------------------------------------------------------
-
-
-def _fidelity_section(baseline, b_req, candidate, c_req, common_b, common_c, c_scale, config) -> dict:
-    checks = []
-    for side, req in ((baseline, b_req), (candidate, c_req)):
-        if side.kind == RUN:
-            checks += compare_fidelity.run_checks(side.label, req, config.limits)
-    checks += compare_fidelity.cross_checks(
-        b_req, c_req, common_b, common_c, c_scale, baseline.kind == TRACE, config.limits
-    )
-    return {"checks": checks, "unfaithful": any(c["status"] == compare_fidelity.FAIL for c in checks)}
 
 
 def _load_section(sides: list[tuple[Side, Requests, float]]) -> dict:
@@ -415,6 +335,7 @@ def _load_section(sides: list[tuple[Side, Requests, float]]) -> dict:
 
 
 def _side_summary(side: Side, req: Requests, scale: float) -> dict:
+    never_attempted = run_fidelity.completeness(side.config)[0] if side.kind == RUN else 0
     duration_s = own_duration_s(req)
     done = req.success
     output_tokens = float(np.nansum(req.completion_tokens[done]))
@@ -424,6 +345,7 @@ def _side_summary(side: Side, req: Requests, scale: float) -> dict:
         "kind": side.kind,
         "clock_domain": side.clock_domain,
         "requests": len(req),
+        "planned": len(req) + never_attempted,  # with the requests an interrupted run never got to
         "copies": int((~req.original).sum()),
         "sent": int(req.sent.sum()),
         "successful": int(done.sum()),
@@ -446,58 +368,10 @@ def _clock_domains(baseline: Side, candidate: Side, config: CompareConfig) -> di
     return out
 
 
-# --- the verdict ------------------------------------------------------------------------------------
-
-
-def _overall_verdict(result: dict) -> dict:
-    """Verdict rows in the order a reader needs them: fidelity, SLOs, errors, then latency."""
-    rows, reasons = [], []
-    for check in result["fidelity"]["checks"]:
-        if check["status"] == compare_fidelity.FAIL:
-            rows.append(
-                {
-                    "item": check["check"],
-                    "kind": "fidelity",
-                    "verdict": "unfaithful",
-                    "detail": check["detail"],
-                }
-            )
-            reasons.append(f"unfaithful replay: {check['check']}")
-    for slo in result["slos"]:
-        rows.append(
-            {"item": slo["slo"], "kind": "slo", "verdict": slo["verdict"], "detail": _slo_detail(slo)}
-        )
-        if slo["verdict"] != compare_slo.PASS:
-            reasons.append(f"SLO {slo['slo']}: {slo['verdict']}")
-    comparison = result["errors"].get("comparison")
-    if comparison:
-        rows.append({"item": "error rate", "kind": "errors", "verdict": comparison["verdict"], "detail": ""})
-        if comparison["verdict"] == compare_stats.REGRESSION:
-            reasons.append("error rate regressed")
-    for metric, row in result["latency"].items():
-        for percentile, cmp_row in (row.get("comparison") or {}).items():
-            rows.append(
-                {
-                    "item": f"{metric} {percentile}",
-                    "kind": "latency",
-                    "verdict": cmp_row["verdict"],
-                    "detail": "",
-                }
-            )
-            if cmp_row["verdict"] == compare_stats.REGRESSION:
-                reasons.append(f"{metric} {percentile} regressed ({cmp_row['ratio']:.2f}x)")
-    for label, side in result["sides"].items():
-        if side["successful"] == 0:
-            reasons.append(f"{label}: no successful request ({side['requests']} sent or planned)")
-    failed = bool(reasons)
-    return {
-        "status": "fail" if failed else "pass",
-        "exit_code": 1 if failed else 0,
-        "reasons": reasons,
-        "rows": rows,
-    }
-
-
-def _slo_detail(slo: dict) -> str:
-    value = "n/a" if slo["candidate_ms"] is None else f"{slo['candidate_ms']:.1f} ms"
-    return f"{value} vs limit {slo['threshold_ms']:g} ms"
+def _cdf_points(side: Samples) -> dict:
+    """Each metric's quantile function at CDF_POINTS evenly spaced levels (ms), for the charts."""
+    levels = np.linspace(0, 100, CDF_POINTS)
+    out = {}
+    for name, values in side.sorted.items():
+        out[name] = (np.percentile(values, levels) / 1e6).tolist() if values.size else []
+    return out

@@ -1,6 +1,8 @@
 """`llmreplay compare` and `llmreplay report`: parse flags into a CompareConfig, run, render, exit.
 
-Exit 0 nothing regressed, 1 regression / SLO breach / unfaithful replay, 2 bad input (BadInput).
+Exit 0 nothing failed; 1 a latency or error-rate regression, an error rate over --max-error-rate, an
+SLO breach, an unfaithful or interrupted replay, sides at different load (unless
+--allow-different-load), an inconclusive cell under --fail-on-inconclusive; 2 bad input (BadInput).
 Heavy imports (numpy, pyarrow, rich) happen inside the commands so `--help` stays fast.
 """
 
@@ -8,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from llmreplay.errors import BadInput
+from replayer import gate_options
 
 SLO_HELP = "Per-request and percentile SLO, repeatable: ttft_p95<=500ms, tpot_p99<=50ms, e2e_p99<=20s."
 
@@ -20,15 +22,10 @@ def _common_options(command):
         click.option(
             "--html", "html_path", type=click.Path(dir_okay=False), help="Write a self-contained HTML report."
         ),
-        click.option(
-            "--max-dispatch-lag",
-            metavar="DURATION",
-            help="Fidelity limit on the replay's dispatch lag p99 (default 50ms).",
-        ),
     ]
     for option in reversed(options):
         command = option(command)
-    return command
+    return gate_options.gate_options(command)
 
 
 @click.command()
@@ -38,24 +35,40 @@ def _common_options(command):
     "--tolerance", metavar="PCT", help="Change a percentile may show before it counts (default 10%)."
 )
 @click.option(
+    "--error-rate-tolerance",
+    metavar="PCT",
+    help="Error-rate increase over the baseline's that a significant rise must exceed to fail "
+    "(default 1 point: 1%).",
+)
+@click.option(
     "--offset-ttft",
     metavar="DURATION",
     help="Subtract a measured network difference from the candidate's TTFT and E2E (e.g. 3ms).",
 )
+@click.option(
+    "--allow-different-load",
+    is_flag=True,
+    help="Judge latency even when the sides ran at different --speed/--scale (refused by default, exit 1).",
+)
+@click.option(
+    "--fail-on-inconclusive",
+    is_flag=True,
+    help="A strict gate: an inconclusive latency or error-rate verdict fails too (exit 1).",
+)
 @_common_options
 @click.pass_context
-def compare(ctx, baseline, candidate, tolerance, offset_ttft, slos, as_json, html_path, max_dispatch_lag):
+def compare(ctx, baseline, candidate, **flags):
     """Compare CANDIDATE against BASELINE; each a replay run directory or a recorded trace.
 
-    Verdict per metric percentile (bootstrap 95% CI) and per SLO; exit 1 on a regression,
-    an SLO breach or an unfaithful replay, 2 on bad input.
+    One headline first, then per metric percentile a paired-bootstrap CI and verdict, SLOs, errors,
+    fidelity. Exit 1 when the gate fails (see docs/howto-gate-ci.md), 2 on bad input.
     """
     from replayer.compare import compare_sides
     from replayer.compare_inputs import load_side
 
-    config = _config(slos, tolerance, offset_ttft, max_dispatch_lag)
+    config = _config(**flags)
     result = compare_sides(load_side(baseline, "baseline"), load_side(candidate, "candidate"), config)
-    _emit(result, as_json, html_path)
+    _emit(result, flags["as_json"], flags["html_path"])
     ctx.exit(result["verdict"]["exit_code"])
 
 
@@ -63,52 +76,65 @@ def compare(ctx, baseline, candidate, tolerance, offset_ttft, slos, as_json, htm
 @click.argument("run", type=click.Path())
 @_common_options
 @click.pass_context
-def report(ctx, run, slos, as_json, html_path, max_dispatch_lag):
-    """Report on one replay RUN directory (or a trace) without a baseline; exit 1 on an SLO breach."""
+def report(ctx, run, **flags):
+    """Report on one replay RUN directory (or a trace) without a baseline.
+
+    Exit 1 when the run was interrupted or unfaithful, its error rate is over --max-error-rate, or
+    an SLO is breached; 2 on bad input.
+    """
     from replayer.compare import summarize_side
     from replayer.compare_inputs import load_side
 
-    config = _config(slos, None, None, max_dispatch_lag)
+    config = _config(**flags)
     result = summarize_side(load_side(run, "run"), config)
-    _emit(result, as_json, html_path)
+    _emit(result, flags["as_json"], flags["html_path"])
     ctx.exit(result["verdict"]["exit_code"])
 
 
-def _config(slos, tolerance, offset_ttft, max_dispatch_lag):
+def _config(
+    slos,
+    max_dispatch_lag,
+    max_error_rate,
+    tolerance=None,
+    error_rate_tolerance=None,
+    offset_ttft=None,
+    allow_different_load=False,
+    fail_on_inconclusive=False,
+    **_,
+):
     import dataclasses
 
     from replayer.compare import CompareConfig
-    from replayer.compare_fidelity import FidelityLimits
     from replayer.compare_slo import parse_duration_ns, parse_slo
 
-    changes: dict = {"slos": tuple(parse_slo(text) for text in slos)}
+    changes: dict = {
+        "slos": tuple(parse_slo(text) for text in slos),
+        "allow_different_load": allow_different_load,
+        "fail_on_inconclusive": fail_on_inconclusive,
+    }
     if tolerance is not None:
-        changes["tolerance"] = _parse_share(tolerance, "--tolerance")
+        changes["tolerance"] = gate_options.parse_share(tolerance, "--tolerance")
+    if error_rate_tolerance is not None:
+        changes["error_rate_tolerance"] = gate_options.parse_share(
+            error_rate_tolerance, "--error-rate-tolerance"
+        )
     if offset_ttft is not None:
         changes["offset_ttft_ns"] = parse_duration_ns(offset_ttft, "--offset-ttft", allow_negative=True)
     if max_dispatch_lag is not None:
-        lag_ms = parse_duration_ns(max_dispatch_lag, "--max-dispatch-lag") / 1e6
-        changes["limits"] = dataclasses.replace(FidelityLimits(), max_dispatch_lag_p99_ms=lag_ms)
+        changes["limits"] = dataclasses.replace(
+            CompareConfig().limits, max_dispatch_lag_p99_ns=gate_options.dispatch_lag_ns(max_dispatch_lag)
+        )
+    if max_error_rate is not None:
+        changes["max_error_rate"] = gate_options.error_rate(max_error_rate)
     return dataclasses.replace(CompareConfig(), **changes)
-
-
-def _parse_share(text: str, where: str) -> float:
-    """'10%' or '0.1' -> 0.1."""
-    raw = text.strip()
-    try:
-        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
-    except ValueError:
-        raise BadInput(f"{where}: {text!r} is not a share (write 10% or 0.1)") from None
-    if not 0 <= value < 1:
-        raise BadInput(f"{where}: {text!r} must be between 0% and 100% (write 10% or 0.1)")
-    return value
 
 
 def _emit(result: dict, as_json: bool, html_path: str | None) -> None:
     if html_path:
-        from replayer.report_html import write_html
+        from llmreplay.output_paths import write_atomic
+        from replayer.report_html import render_html
 
-        write_html(result, html_path)
+        write_atomic(html_path, render_html(result), force=True, flag="--html")  # checked, atomic
     if as_json:
         import json
 

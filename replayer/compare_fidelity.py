@@ -1,86 +1,49 @@
-"""Was the replay faithful to production's shape? Checks run before any latency verdict is trusted.
+"""Did the two sides carry the same traffic? Cross-checks run before any latency verdict is trusted.
 
-Each check is a plain dict: check, status (ok / warn / fail / info), the measured values and the
-limit. Any `fail` makes the comparison exit 1: latencies of an unfaithful replay prove nothing.
+A run's own checks (completed, everything sent, on time, the recorded lengths) are
+replayer.run_fidelity's, shared with `replay` and `report`; these compare the two sides: the same
+requests, the same mix, the same arrival times, the same load. Checks are plain dicts (see
+replayer.run_fidelity); any `fail` makes the comparison exit 1.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from replayer.compare_requests import Requests
+from replayer.gate_limits import FidelityLimits
+from replayer.run_fidelity import FAIL, INFO, OK, WARN, check_row
 
-OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
-
-
-@dataclass(frozen=True, slots=True)
-class FidelityLimits:
-    max_unsent_share: float = 0.01  # shed by --max-inflight or never sent
-    max_dispatch_lag_p99_ms: float = 50.0
-    max_arrival_error_p99_ms: float = 100.0
-    max_output_token_error_p90: float = 0.05  # relative, per request
-    max_input_token_error_p90: float = 0.10
-    max_mix_difference: float = 0.02  # stream and tool shares, absolute
-    max_cached_share_difference: float = 0.20  # warn only: the cache belongs to the engine
+LOAD_CHECK = "same load (speed, scale)"
 
 
-def run_checks(label: str, requests: Requests, limits: FidelityLimits) -> list[dict]:
-    """A replay run against its own trace: everything sent, on time, with the recorded lengths."""
-    checks = []
-    unsent = 1.0 - requests.sent.mean()
-    checks.append(
-        _check(
-            f"{label}: requests not sent", unsent <= limits.max_unsent_share, unsent, limits.max_unsent_share
-        )
+def load_check(b_load: dict, c_load: dict, same: bool, allowed: bool) -> dict:
+    """Like with like: a 2x replay is not the 1x baseline's traffic, so its latencies are not comparable.
+
+    `fail` refuses the latency verdicts (the gate fails); `--allow-different-load` makes it a warning."""
+    detail = (
+        f"baseline speed {b_load['speed']:g}x, scale {b_load['scale']:g}; "
+        f"candidate speed {c_load['speed']:g}x, scale {c_load['scale']:g}"
     )
-    lag_ms = requests.dispatch_lag_ns[requests.sent & np.isfinite(requests.dispatch_lag_ns)] / 1e6
-    if lag_ms.size:
-        p50, p99, worst = np.percentile(lag_ms, [50, 99, 100])
-        checks.append(
-            {
-                **_check(f"{label}: dispatch lag p99 (ms)", p99 <= limits.max_dispatch_lag_p99_ms, p99),
-                "limit": limits.max_dispatch_lag_p99_ms,
-                "detail": f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {worst:.2f} ms",
-            }
+    if not (b_load["stated"] and c_load["stated"]):
+        detail += " (estimated where run.json does not say)"
+    if same:
+        status = OK
+    else:
+        status = WARN if allowed else FAIL
+        detail += (
+            "; latencies compared anyway (--allow-different-load)"
+            if allowed
+            else "; latency not compared: pass --allow-different-load to compare anyway"
         )
-    for name, measured, recorded, limit in (
-        (
-            "input tokens",
-            requests.prompt_tokens,
-            requests.shape_prompt_tokens,
-            limits.max_input_token_error_p90,
-        ),
-        (
-            "output tokens",
-            requests.completion_tokens,
-            requests.recorded_completion_tokens,
-            limits.max_output_token_error_p90,
-        ),
-    ):
-        checks.append(
-            _token_check(f"{label}: {name} vs recorded", requests.success, measured, recorded, limit)
-        )
-    return [c for c in checks if c is not None]
-
-
-def _token_check(name: str, success: np.ndarray, measured, recorded, limit: float) -> dict | None:
-    mask = success & np.isfinite(measured) & np.isfinite(recorded)
-    if not mask.any():
-        return {
-            "check": name,
-            "status": INFO,
-            "value": None,
-            "limit": limit,
-            "detail": "no request with both counts",
-        }
-    error = np.abs(measured[mask] - recorded[mask]) / np.maximum(recorded[mask], 1.0)
-    p50, p90 = np.percentile(error, [50, 90])
-    exact = float((measured[mask] == recorded[mask]).mean())
     return {
-        **_check(name + " (relative error p90)", p90 <= limit, p90, limit),
-        "detail": f"{mask.sum()} requests, exact {exact:.1%}, error p50 {p50:.1%}, p90 {p90:.1%}",
+        "check": LOAD_CHECK,
+        "status": status,
+        "value": None,
+        "limit": None,
+        "detail": detail,
+        "summary": f"different load (baseline {b_load['speed']:g}x/scale {b_load['scale']:g}, "
+        f"candidate {c_load['speed']:g}x/scale {c_load['scale']:g})",
     }
 
 
@@ -99,10 +62,8 @@ def cross_checks(
     """
     b_orig, c_orig = int(baseline.original.sum()), int(candidate.original.sum())
     coverage = {
-        "check": "requests compared (common ids)",
+        **check_row("requests compared (common ids)", True, common_b.size),
         "status": OK if common_b.size == b_orig == c_orig else WARN,
-        "value": int(common_b.size),
-        "limit": None,
         "detail": f"baseline {b_orig}, candidate {c_orig} originals; {common_b.size} in common",
     }
     checks = [coverage]
@@ -114,9 +75,14 @@ def cross_checks(
         difference = abs(c_share - b_share)
         checks.append(
             {
-                **_check(name + " (difference)", difference <= limits.max_mix_difference, difference),
-                "limit": limits.max_mix_difference,
+                **check_row(
+                    name + " (difference)",
+                    difference <= limits.max_mix_difference,
+                    difference,
+                    limits.max_mix_difference,
+                ),
                 "detail": f"baseline {b_share:.1%}, candidate {c_share:.1%}",
+                "summary": f"{name} differs by {difference:.1%} > {limits.max_mix_difference:.0%}",
             }
         )
     checks.append(_cached_share_check(baseline, candidate, limits))
@@ -132,20 +98,12 @@ def _cached_share_check(baseline: Requests, candidate: Requests, limits: Fidelit
         total = side.prompt_tokens[mask].sum()
         shares.append(float(side.cached_tokens[mask].sum() / total) if total > 0 else None)
     if None in shares:
-        return {
-            "check": "cached-token share",
-            "status": INFO,
-            "value": None,
-            "limit": None,
-            "detail": _shares(shares),
-        }
+        return {**check_row("cached-token share", True, None), "status": INFO, "detail": _shares(shares)}
     difference = abs(shares[1] - shares[0])
     status = OK if difference <= limits.max_cached_share_difference else WARN
     return {
-        "check": "cached-token share (difference)",
+        **check_row("cached-token share (difference)", True, difference, limits.max_cached_share_difference),
         "status": status,
-        "value": difference,
-        "limit": limits.max_cached_share_difference,
         "detail": _shares(shares) + " (the prefix cache belongs to the engine: a warning, not a failure)",
     }
 
@@ -184,13 +142,8 @@ def _arrival_check(
             status = WARN
             detail += "; the replay's schedule itself departs from the trace offsets (time compression?)"
     return {
-        "check": "arrival-offset error p99 (ms)",
+        **check_row("arrival-offset error p99 (ms)", True, p99, limits.max_arrival_error_p99_ms),
         "status": status,
-        "value": p99,
-        "limit": limits.max_arrival_error_p99_ms,
         "detail": detail,
+        "summary": f"arrival offsets off by {p99:.0f} ms (p99) > {limits.max_arrival_error_p99_ms:g} ms",
     }
-
-
-def _check(name: str, ok: bool, value: float, limit: float | None = None) -> dict:
-    return {"check": name, "status": OK if ok else FAIL, "value": float(value), "limit": limit, "detail": ""}

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llmreplay.errors import BadInput
-from llmreplay.run_format import RESULT_SCHEMA, RESULTS_FILE, RUN_FILE
+from llmreplay.run_format import RESULTS_FILE, RUN_FILE, check_run_format_version, conform_results
 
 TRACE = "trace"
 RUN = "run"
@@ -82,17 +82,11 @@ def _load_run(results: Path, label: str) -> Side:
         table = pq.read_table(results)
     except (pa.ArrowInvalid, OSError) as exc:
         raise BadInput(f"{label} {results}: not a readable Parquet file ({_first_line(exc)})") from None
-    missing = [name for name in RESULT_SCHEMA.names if name not in table.column_names]
-    if missing:
-        raise BadInput(f"{label} {results}: column '{missing[0]}' is missing (not a llmreplay results file?)")
-    try:
-        table = table.select(RESULT_SCHEMA.names).cast(RESULT_SCHEMA)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise BadInput(
-            f"{label} {results}: values do not fit the results schema ({_first_line(exc)})"
-        ) from None
+    run_json = _read_run_json(results.parent / RUN_FILE, label)
+    check_run_format_version(run_json.get("run_format_version"), f"{label} {results.parent / RUN_FILE}")
+    table = conform_results(table, f"{label} {results}")
     _check_unique_originals(table, results, label)
-    return Side(label, results.parent, RUN, table, _read_run_json(results.parent / RUN_FILE, label), "client")
+    return Side(label, results.parent, RUN, table, run_json, "client")
 
 
 def _check_unique_originals(table: pa.Table, results: Path, label: str) -> None:

@@ -14,10 +14,9 @@ import pyarrow.compute as pc
 
 from llmreplay.metrics import per_request_latencies_ns, success_mask
 from replayer.compare_inputs import RUN, Side
+from replayer.error_gate import CLIENT_SIDE_ERRORS
 
-# Errors the client side caused on purpose or by itself: not the engine's fault, kept out of the
-# error rate (shed and not-sent requests are a fidelity problem, reported there).
-CLIENT_SIDE_ERRORS = frozenset({"cancelled", "client_disconnected", "shed_by_client", "shutdown"})
+LOAD_MATCH_TOLERANCE = 0.01  # relative difference of speed or scale still called the same load
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +29,8 @@ class Requests:
     success: np.ndarray
     counted: np.ndarray  # sent and not ended by the client: the base of the error rate
     error_kind: np.ndarray
+    http_status: np.ndarray
+    error_detail: np.ndarray  # what a failed request said (runs of format 1.1 on; else None)
     latency_ns: dict[str, np.ndarray]  # ttft, tpot, e2e per request (NaN unless successful)
     start_ns: np.ndarray  # on the side's own clock (gateway arrival or actual send), from its first request
     end_ns: np.ndarray
@@ -84,6 +85,10 @@ def build_requests(side: Side) -> Requests:
         success=ok & sent,
         counted=sent & ~client_side,
         error_kind=error_kind,
+        http_status=_floats(table.column("http_status")),
+        error_detail=_objects(table, "error_detail")
+        if "error_detail" in table.column_names
+        else np.full(table.num_rows, None, dtype=object),
         latency_ns=_streamed_only(per_request_latencies_ns(table), _bools(table, "stream")),
         start_ns=start,
         end_ns=end,
@@ -151,6 +156,34 @@ def time_scale(side: Side, requests: Requests) -> float:
     trace_span = np.ptp(requests.trace_offset_ns[mask])
     schedule_span = np.ptp(requests.scheduled_offset_ns[mask])
     return float(trace_span / schedule_span) if schedule_span > 0 and trace_span > 0 else 1.0
+
+
+def side_load(side: Side, requests: Requests) -> dict:
+    """The load a side ran at: replay speed and scale (a trace ran at 1 and 1), and whether run.json said so."""
+    if side.kind != RUN:
+        return {"speed": 1.0, "scale": 1.0, "stated": True}
+    config = side.config.get("config") if isinstance(side.config.get("config"), dict) else {}
+    schedule = config.get("schedule") if isinstance(config.get("schedule"), dict) else {}
+    stated = {}
+    for name in ("speed", "scale"):
+        for holder in (side.config, config, schedule):
+            value = holder.get(name)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+                stated[name] = float(value)
+                break
+    originals = int(requests.original.sum())
+    scale = stated.get("scale", len(requests) / originals if originals else 1.0)
+    return {
+        "speed": stated.get("speed", time_scale(side, requests)),
+        "scale": scale,
+        "stated": set(stated) == {"speed", "scale"},
+    }
+
+
+def same_load(a: dict, b: dict) -> bool:
+    return all(
+        abs(a[name] - b[name]) <= LOAD_MATCH_TOLERANCE * max(a[name], b[name]) for name in ("speed", "scale")
+    )
 
 
 def own_duration_s(requests: Requests) -> float:

@@ -13,11 +13,12 @@ BOOTSTRAP_DRAWS = 10_000  # cheap: each replicate is O(1) (see bootstrap_quantil
 BOOTSTRAP_SEED = 20240607
 CONFIDENCE = 0.95
 
-PASS = "pass"
+NO_CHANGE = "no_change"  # the whole CI inside the tolerance band
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
 INCONCLUSIVE = "inconclusive"
 NO_DATA = "no_data"
+DIFFERENT_LOAD = "different_load"  # not judged: the sides ran at different speed or scale
 
 
 def bootstrap_quantile(
@@ -87,7 +88,8 @@ def quantile_ratio(
     draws: int = BOOTSTRAP_DRAWS,
     confidence: float = CONFIDENCE,
 ) -> RatioEstimate:
-    """Point ratio of the two q-quantiles and its percentile-bootstrap interval (independent samples)."""
+    """Point ratio of the two q-quantiles and its percentile-bootstrap interval (independent samples;
+    paired samples: replayer.compare_paired, then `ratio_estimate`)."""
     b = sorted_quantile(baseline_sorted, q)
     c = sorted_quantile(candidate_sorted, q)
     if b is None or c is None or b <= 0:
@@ -96,7 +98,22 @@ def quantile_ratio(
     c_draws = bootstrap_quantile(candidate_sorted, q, draws, rng, candidate_n_eff)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = c_draws / b_draws
-    ratios = ratios[np.isfinite(ratios)]
+    return ratio_estimate(baseline_sorted, candidate_sorted, q, ratios, confidence)
+
+
+def ratio_estimate(
+    baseline_sorted: np.ndarray,
+    candidate_sorted: np.ndarray,
+    q: float,
+    ratio_draws: np.ndarray,
+    confidence: float = CONFIDENCE,
+) -> RatioEstimate:
+    """Point ratio of the two q-quantiles and the percentile interval of its bootstrap replicates."""
+    b = sorted_quantile(baseline_sorted, q)
+    c = sorted_quantile(candidate_sorted, q)
+    if b is None or c is None or b <= 0:
+        return RatioEstimate(b, c, None, None, None)
+    ratios = ratio_draws[np.isfinite(ratio_draws)]
     if ratios.size == 0:
         return RatioEstimate(b, c, c / b, None, None)
     tail = (1.0 - confidence) / 2 * 100
@@ -112,7 +129,7 @@ def sorted_quantile(sorted_values: np.ndarray, q: float) -> float | None:
 
 
 def latency_verdict(estimate: RatioEstimate, tolerance: float) -> str:
-    """Regression/improvement: significant (CI excludes 1) and beyond tolerance; pass: CI inside it.
+    """Regression/improvement: significant (CI excludes 1) and beyond tolerance; no change: CI inside it.
 
     Anything else — a CI that straddles a tolerance bound — is inconclusive: more data is needed.
     """
@@ -123,7 +140,7 @@ def latency_verdict(estimate: RatioEstimate, tolerance: float) -> str:
     if estimate.ci_high < 1.0 and estimate.ratio < 1.0 - tolerance:
         return IMPROVEMENT
     if 1.0 - tolerance <= estimate.ci_low and estimate.ci_high <= 1.0 + tolerance:
-        return PASS
+        return NO_CHANGE
     return INCONCLUSIVE
 
 
@@ -163,7 +180,7 @@ def rate_verdict(estimate: RateDifference, tolerance: float) -> str:
     if high < 0 and d < -tolerance:
         return IMPROVEMENT
     if -tolerance <= low and high <= tolerance:
-        return PASS
+        return NO_CHANGE
     return INCONCLUSIVE
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from replayer.gate_limits import MAX_ERROR_RATE, FidelityLimits
+
 ENGINES = ("detect", "vllm", "sglang", "trtllm", "openai")
 NS_PER_S = 1_000_000_000
 
@@ -48,7 +50,9 @@ class ReplayConfig:
     server_metrics_interval_ns: int = 1 * NS_PER_S
     early_wake_ns: int = 1_000_000  # wake this early from the timer, then spin to the deadline
     warm_connections: int = 32  # keep-alive connections per worker, opened before the clock starts
-    lag_bound_ns: int = 5_000_000  # dispatch lag p99 above this: the replay is not faithful (exit 1)
+    # the run's own gate, as `report` judges it (replayer.gate_limits)
+    limits: FidelityLimits = field(default_factory=FidelityLimits)
+    max_error_rate: float = MAX_ERROR_RATE  # failed requests above this share of those sent: exit 1
     start_delay_ns: int = 500_000_000  # between "all workers ready" and offset 0 (connection warm-up)
     quiet: bool = False
 

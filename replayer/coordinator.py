@@ -25,6 +25,7 @@ from llmreplay.run_format import RESULTS_FILE, RUN_FILE, RUN_FORMAT_VERSION, SER
 from replayer.config import ReplayConfig
 from replayer.http_pool import parse_endpoint
 from replayer.plan_arrays import int64_array
+from replayer.plan_bounds import check_prompt_sizes, check_span, within_duration
 from replayer.prepare import BuildJob, Prepared, Shard, prepare_bodies
 from replayer.process_memory import peak_rss_mb
 from replayer.request_builder import ENDPOINT_PATHS, BuildOptions
@@ -34,7 +35,7 @@ from replayer.runner import USER_AGENT, LoopSettings
 from replayer.schedule import build_schedule, schedule_input
 from replayer.sessions import link_sessions, session_codes, shard_by_session
 from replayer.summary import summarize_file
-from replayer.target import normalise_base_url, probe_target
+from replayer.target import normalise_base_url, probe_metrics, probe_target
 from replayer.trace_rows import TraceRows, read_trace_rows
 from replayer.worker import STAT_SLOTS, WorkerJob, worker_main
 
@@ -46,7 +47,7 @@ EXIT_GRACE_S = 10.0  # beyond the configured grace, before a stuck worker is kil
 class RunOutcome:
     run_dir: Path
     summary: dict
-    exit_code: int  # 0 ok, 1 the client fell behind (not a faithful replay)
+    exit_code: int  # 0 ok, 1 the run's verdict failed (replayer.summary: unfaithful, interrupted, errors)
 
 
 def _check_models_served(
@@ -70,10 +71,25 @@ def _check_models_served(
         )
 
 
+def _refuse_used_run_dir(run_dir: Path) -> None:
+    """One run per directory: refuse one holding a run, or the `.parts/` of a replay that was killed
+    (or is running), before anything is built or sent; mixing two runs' files cannot be merged."""
+    held = [name for name in (RESULTS_FILE, RUN_FILE) if (run_dir / name).exists()]
+    if held:
+        raise BadInput(
+            f"-o {run_dir}: already holds a run ({', '.join(held)}); "
+            f"choose a new -o directory, or delete {' and '.join(held)} from it"
+        )
+    if (run_dir / PARTS_DIR).exists():
+        raise BadInput(
+            f"-o {run_dir}: holds {PARTS_DIR}/, the leftovers of a replay that was killed (or is still "
+            f"running); choose a new -o directory, or delete {run_dir / PARTS_DIR}"
+        )
+
+
 def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
     run_dir = Path(config.run_dir)
-    if (run_dir / RESULTS_FILE).exists():
-        raise BadInput(f"-o {run_dir}: already holds a run ({RESULTS_FILE}); choose a new directory")
+    _refuse_used_run_dir(run_dir)
     if config.workers < 1:
         raise BadInput(f"--workers {config.workers}: must be at least 1")
     if config.max_inflight < config.workers:
@@ -92,9 +108,14 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
         schedule.trace_span_ns,
     )
     del schedule
+    plans, beyond_duration = within_duration(plans, config.duration_ns)  # never built, never sent
     if not len(plans):
         raise BadInput(f"{config.trace_path}: no request to replay in the selected window")
+    check_span(plans, config.duration_ns, str(config.trace_path))
+    check_prompt_sizes(trace.table, plans.record_index, str(config.trace_path))
     target = probe_target(base_url, config.engine, config.api_key)
+    if config.server_metrics_url:
+        probe_metrics(config.server_metrics_url, config.api_key)
     _check_models_served(trace, plans.record_index, target.models, config.model, base_url)
     build = BuildOptions(
         engine=target.engine,
@@ -104,7 +125,11 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
     )
     run_dir.mkdir(parents=True, exist_ok=True)
     parts = run_dir / PARTS_DIR
-    parts.mkdir(exist_ok=True)
+    try:
+        parts.mkdir()  # claims the directory: a replay started into it since the check fails here
+    except FileExistsError:
+        _refuse_used_run_dir(run_dir)
+        raise
     jobs, shards = _jobs(config, plans, trace, rows, base_url, parts)
     synthesis = not trace.has_content[plans.record_index].all()
     to_send = len(plans)
@@ -125,6 +150,8 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
 
     started_unix_ns = time.time_ns()
     info = _run_workers(config, jobs, prepare, console)
+    if beyond_duration and info["stop_reason"] == "completed":
+        info["stop_reason"] = "duration"  # the plans past --duration were dropped before the run
     ended_unix_ns = time.time_ns()
     result_rows = merge_worker_results(
         [
@@ -141,7 +168,13 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
         for path in (job.results_path, partial_path(Path(job.results_path)), job.tails_path, job.fields_path):
             Path(path).unlink(missing_ok=True)
     parts.rmdir()
-    summary = summarize_file(run_dir / RESULTS_FILE, config.lag_bound_ns)
+    summary = summarize_file(  # the run's verdict: the checks `report` makes of it
+        run_dir / RESULTS_FILE,
+        config.limits,
+        config.max_error_rate,
+        never_attempted=to_send - result_rows,
+        stop_reason=info["stop_reason"],
+    )
     if info["scraper"] is not None:
         info["scraper"].write(run_dir / SERVER_METRICS_FILE)
     run_json = {
@@ -179,8 +212,9 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
             "window_rows": window_rows,
             "planned": planned,
             "unsupported_endpoint": unsupported,
+            "to_send": to_send,  # planned, supported and within --duration
             "sent": summary["sent"],
-            "not_sent": to_send - result_rows,
+            "not_sent": to_send - result_rows,  # never attempted: the run stopped before their time
         },
         "idle_removed_s": idle_removed_ns / 1e9,
         "schedule_span_s": span_ns / 1e9,
@@ -196,7 +230,7 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
             "idle_removed_s": run_json["idle_removed_s"],
             "stop_reason": info["stop_reason"],
         },
-        1 if summary["client_fell_behind"] else 0,
+        summary["verdict"]["exit_code"],
     )
 
 
@@ -254,20 +288,30 @@ def _jobs(config, plans, trace, rows, base_url, parts) -> tuple[list[WorkerJob],
 
 def _run_workers(config: ReplayConfig, jobs: list[WorkerJob], prepare, console) -> dict:
     """Start the workers (their imports overlap with `prepare`, which writes their bodies), then
-    load, start together, watch, collect."""
+    load, start together, watch, collect.
+
+    Workers die with this process (replayer.parent_watch): each gets the read end of a liveness
+    pipe whose write end only we hold (in `alive`, never written, closed once they are gone), and
+    on Linux a parent-death signal, which fires when the thread that started the worker ends: this
+    one, which stays here until every worker has exited."""
     context = multiprocessing.get_context("spawn")
-    procs, pipes, stats = [], [], []
+    procs, pipes, stats, alive = [], [], [], []
     for job in jobs:
         parent_end, child_end = context.Pipe()
+        alive_r, alive_w = context.Pipe(duplex=False)
         shared = context.Array("q", len(STAT_SLOTS), lock=False)
         proc = context.Process(
-            target=worker_main, args=(job, child_end, shared), name=f"llmreplay-worker-{job.worker}"
+            target=worker_main,
+            args=(job, child_end, shared, alive_r, os.getpid()),
+            name=f"llmreplay-worker-{job.worker}",
         )
         proc.start()
         child_end.close()
+        alive_r.close()
         procs.append(proc)
         pipes.append(parent_end)
         stats.append(shared)
+        alive.append(alive_w)
     interrupted = {"flag": False}
 
     def on_signal(signum, frame):
@@ -313,6 +357,8 @@ def _run_workers(config: ReplayConfig, jobs: list[WorkerJob], prepare, console) 
             if proc.is_alive():
                 proc.kill()
                 proc.join(5)
+        for end in alive:
+            end.close()
 
 
 def _tell(pipes, message: tuple) -> None:
@@ -345,14 +391,21 @@ def _watch(procs, stats, jobs, config, console, start_ns, interrupted) -> None:
 
     total = sum(len(j.plans) for j in jobs)
     progress = None if config.quiet or console is None else Progress(console, total, jobs)
-    deadline = None
+    # The workers end the run themselves by duration + grace (replayer.runner); one that has not
+    # exited EXIT_GRACE_S after its bound (of the duration, or of an interrupt) is killed.
+    margin_ns = config.grace_ns + round(EXIT_GRACE_S * 1e9)
+    kill_at_ns = None if config.duration_ns is None else start_ns + config.duration_ns + margin_ns
+    noticed = False
     try:
         while any(p.is_alive() for p in procs):
+            now_ns = time.perf_counter_ns()
             if progress is not None:
-                progress.update(stats, (time.perf_counter_ns() - start_ns) / 1e9)
-            if interrupted["flag"] and deadline is None:
-                deadline = time.monotonic() + config.grace_ns / 1e9 + EXIT_GRACE_S
-            if deadline is not None and time.monotonic() > deadline:
+                progress.update(stats, (now_ns - start_ns) / 1e9)
+            if interrupted["flag"] and not noticed:
+                noticed = True
+                bound_ns = now_ns + margin_ns
+                kill_at_ns = bound_ns if kill_at_ns is None else min(kill_at_ns, bound_ns)
+            if kill_at_ns is not None and now_ns > kill_at_ns:
                 for proc in procs:
                     proc.kill()
             for proc in procs:
@@ -360,6 +413,14 @@ def _watch(procs, stats, jobs, config, console, start_ns, interrupted) -> None:
     finally:
         if progress is not None:
             progress.close(stats, (time.perf_counter_ns() - start_ns) / 1e9)
+
+
+def _run_stop_reason(reasons: list[str]) -> str:
+    """The run's stop reason from its workers': an interrupt wins, then the end of --duration."""
+    for reason in ("interrupted", "duration"):
+        if reason in reasons:
+            return reason
+    return "completed"
 
 
 def _finish(procs, pipes, scraper, prepared: Prepared, start, stop_reason, config) -> dict:
@@ -381,7 +442,7 @@ def _finish(procs, pipes, scraper, prepared: Prepared, start, stop_reason, confi
             "failures": scraper.failures,
             "last_error": scraper.last_error,
         }
-    reason = stop_reason or ("interrupted" if "interrupted" in reasons else "completed")
+    reason = stop_reason or _run_stop_reason(reasons)
     return {
         "build_s": round(prepared.build_s, 3),
         "builder": {"peak_rss_mb": prepared.peak_rss_mb, "in_process": prepared.in_process},

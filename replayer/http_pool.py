@@ -86,6 +86,12 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def abort(self) -> None:
+        """Close now, discarding what is still buffered for the target (`close` would flush it)."""
+        self.usable = False
+        if self.transport is not None:
+            self.transport.abort()
+
 
 class ConnectionPool:
     """Idle keep-alive connections, topped up in the background so a send rarely waits for a
@@ -159,4 +165,11 @@ class ConnectionPool:
         self._closed = True
         for conn in self._idle:
             conn.close()
+        self._idle.clear()
+
+    def abort(self) -> None:
+        """Like `close`, unflushed (busy connections: their exchanges abort them)."""
+        self._closed = True
+        for conn in self._idle:
+            conn.abort()
         self._idle.clear()

@@ -37,3 +37,5 @@ class Progress:
     def close(self, stats, elapsed_s: float) -> None:
         self._live.update(self._line(stats, elapsed_s))
         self._live.stop()
+        if not self._live.console.is_terminal:
+            self._live.console.line()  # rich ends the line on terminals only: later lines start fresh

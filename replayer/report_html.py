@@ -34,9 +34,10 @@ h3{font-size:15px;margin:16px 0 6px}
 table{border-collapse:collapse;background:#fff;margin:6px 0 10px;font-size:13px}
 th,td{border:1px solid #dde1e7;padding:4px 8px;text-align:right;vertical-align:top}
 th{background:#eef1f5;font-weight:600}td.l,th.l{text-align:left}
-.v-pass,.s-ok{color:#17803d}.v-improvement{color:#0b6b2f;font-weight:600}
+.v-pass,.v-no_change,.s-ok{color:#17803d}.v-improvement{color:#0b6b2f;font-weight:600}
 .v-regression,.v-breach,.v-unfaithful,.s-fail{color:#b42318;font-weight:600}
-.v-inconclusive,.s-warn{color:#a15c00}.v-no_data,.s-info,.muted{color:#6b7280}
+.v-inconclusive,.v-different_load,.s-warn{color:#a15c00}.v-no_data,.s-info,.muted{color:#6b7280}
+.headline{font-size:18px;font-weight:600}.warn{color:#a15c00}
 .charts{display:flex;flex-wrap:wrap;gap:12px}
 figure.chart{margin:0;background:#fff;border:1px solid #dde1e7;border-radius:6px;padding:6px}
 figcaption{font-weight:600;font-size:13px;margin:2px 4px}
@@ -63,6 +64,7 @@ def render_html(result: dict) -> str:
     labels = list(result["sides"])
     title = "llmreplay comparison" if result["mode"] == "compare" else "llmreplay run report"
     sections = [
+        _headline(result),
         _header(result, title),
         _verdict_section(result),
         _fidelity_section(result),
@@ -90,8 +92,21 @@ def _ms(value) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.1f}" if value >= 1 else f"{value:.2f}"
 
 
+VERDICT_WORDS = {"no_change": "no change", "different_load": "not compared", "no_data": "no data"}
+
+
 def _verdict(verdict: str) -> str:
-    return f"<span class='v-{escape(verdict)}'>{escape(verdict)}</span>"
+    return f"<span class='v-{escape(verdict)}'>{escape(VERDICT_WORDS.get(verdict, verdict))}</span>"
+
+
+def _headline(result: dict) -> str:
+    """The verdict in one line, before anything else."""
+    verdict = result["verdict"]
+    word, _, rest = verdict["headline"].partition(": ")
+    return (
+        f"<div class='banner {escape(verdict['status'])} headline'><b>{escape(word)}</b>: {escape(rest)}"
+        f" <span class='muted'>(exit status {verdict['exit_code']})</span></div>"
+    )
 
 
 def _table(headers: list[str], rows: list[list[str]], left_columns: int = 1, left_last: bool = False) -> str:
@@ -119,7 +134,7 @@ def _header(result: dict, title: str) -> str:
                 escape(label),
                 escape(side["kind"]),
                 escape(side["path"]),
-                f"{side['requests']:,}",
+                f"{side['sent']:,} / {side.get('planned', side['requests']):,}",
                 f"{side['successful']:,}",
                 f"{side['duration_s']:.1f}",
                 f"{side['time_scale']:g}x",
@@ -131,7 +146,7 @@ def _header(result: dict, title: str) -> str:
         "side",
         "kind",
         "path",
-        "requests",
+        "sent / planned",
         "successful",
         "duration s",
         "speed",
@@ -154,11 +169,11 @@ def _header(result: dict, title: str) -> str:
 
 def _verdict_section(result: dict) -> str:
     verdict = result["verdict"]
-    if verdict["status"] == "pass":
-        banner = "<div class='banner pass'><b>PASS</b> — nothing regressed, no SLO breached, replay faithful.</div>"
-    else:
+    reasons = ""
+    if verdict["reasons"]:
         items = "".join(f"<li>{escape(r)}</li>" for r in verdict["reasons"])
-        banner = f"<div class='banner fail'><b>FAIL</b> — exit status 1<ul>{items}</ul></div>"
+        reasons = f"<div class='banner fail'><b>Why the gate failed</b><ul>{items}</ul></div>"
+    warnings = "".join(f"<p class='warn'>warning: {escape(w)}</p>" for w in result.get("warnings") or ())
     rows = [
         [escape(r["item"]), escape(r["kind"]), _verdict(r["verdict"]), escape(r["detail"])]
         for r in verdict["rows"]
@@ -172,14 +187,16 @@ def _verdict_section(result: dict) -> str:
     rule = ""
     if result["mode"] == "compare":
         rule = (
-            f"<p class='muted'>Latency verdict per percentile: <b>regression</b> when the "
-            f"{result['interval_confidence']:.2%} bootstrap CI ({result['confidence']:.0%} family-wise over the 16 "
-            f"metric-percentile verdicts, Bonferroni) of candidate/baseline lies above 1 and the ratio exceeds 1 + {result['tolerance']:.0%}; "
-            "<b>improvement</b> mirrored; <b>pass</b> when the whole CI stays within the tolerance; otherwise "
-            "<b>inconclusive</b> (more data needed). Only regressions, SLO breaches and fidelity failures fail the "
-            "gate.</p>"
+            f"<p class='muted'>Latency verdict per percentile, from a paired bootstrap (the same request pairs "
+            f"resampled on both sides): <b>regression</b> when the {result['interval_confidence']:.2%} CI "
+            f"({result['confidence']:.0%} family-wise over the 16 metric-percentile verdicts, Bonferroni) of "
+            f"candidate/baseline lies above 1 and the ratio exceeds 1 + {result['tolerance']:.0%}; "
+            "<b>improvement</b> mirrored; <b>no change</b> when the whole CI stays within the tolerance; otherwise "
+            "<b>inconclusive</b> (more data needed; fails only with --fail-on-inconclusive). The gate also fails "
+            f"on an SLO breach, an error rate above {result['max_error_rate']:.0%} or significantly up, an "
+            "unfaithful or interrupted replay, and sides run at different speed or scale.</p>"
         )
-    return f"<h2>Verdict</h2>{banner}{rule}{table}"
+    return f"<h2>Verdict</h2>{reasons}{warnings}{rule}{table}"
 
 
 def _latency_verdict_matrix(result: dict) -> str:
@@ -434,7 +451,26 @@ def _errors_section(result: dict, labels: list[str]) -> str:
             f"<p>Error-rate change {c['difference']:+.2%} (95% CI {c['ci_low']:+.2%} … {c['ci_high']:+.2%}): "
             f"{_verdict(c['verdict'])}</p>"
         )
-    return "<h2>Errors by kind</h2>" + _table(headers, rows) + verdict
+    return "<h2>Errors by kind</h2>" + _table(headers, rows) + verdict + _messages(errors, labels)
+
+
+def _messages(errors: dict, labels: list[str]) -> str:
+    rows = [
+        [
+            escape(label),
+            f"{m['count']:,}",
+            escape(m["kind"] or ""),
+            "–" if m["status"] is None else str(m["status"]),
+            escape(m["message"] or "(no message)"),
+        ]
+        for label in labels
+        for m in errors[label].get("top_messages", ())
+    ]
+    if not rows:
+        return ""
+    return "<h3>Commonest error messages</h3>" + _table(
+        ["side", "requests", "kind", "status", "message"], rows, left_columns=1, left_last=True
+    )
 
 
 def _slo_section(result: dict) -> str:

@@ -6,19 +6,23 @@ Renders the dict built by replayer.compare; computes nothing of its own.
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from llmreplay.metrics import LATENCY_METRICS, PERCENTILES
 
 VERDICT_STYLES = {
     "pass": "green",
+    "no_change": "green",
     "improvement": "bold green",
     "regression": "bold red",
     "breach": "bold red",
     "unfaithful": "bold red",
     "inconclusive": "yellow",
+    "different_load": "yellow",
     "no_data": "dim",
 }
+VERDICT_WORDS = {"no_change": "no change", "different_load": "not compared", "no_data": "no data"}
 STATUS_STYLES = {"ok": "green", "warn": "yellow", "fail": "bold red", "info": "dim"}
 
 
@@ -36,7 +40,8 @@ def render_terminal(result: dict, console: Console) -> None:
 
 def _styled(verdict: str) -> str:
     style = VERDICT_STYLES.get(verdict, "")
-    return f"[{style}]{verdict}[/]" if style else verdict
+    word = VERDICT_WORDS.get(verdict, verdict)
+    return f"[{style}]{word}[/]" if style else word
 
 
 def _ms(value) -> str:
@@ -46,28 +51,24 @@ def _ms(value) -> str:
 
 
 def _headline(result: dict, console: Console) -> None:
+    """The verdict in one line first; then what was compared and any sample-size warning."""
     verdict = result["verdict"]
+    style = "bold green" if verdict["status"] == "pass" else "bold red"
+    word, _, rest = verdict["headline"].partition(": ")
+    console.print(f"[{style}]{word}[/]: {escape(rest)}", soft_wrap=True)
     sides = result["sides"]
     names = " vs ".join(f"{label} {side['path']} ({side['kind']})" for label, side in sides.items())
-    console.print(
-        f"[bold]llmreplay {result['mode']}[/]: {names}", soft_wrap=True
-    )  # one line, however long the paths
-    if verdict["status"] == "pass":
-        console.print("[bold green]PASS[/]: nothing regressed, no SLO breached, replay faithful")
-    else:
-        console.print(f"[bold red]FAIL[/]: {len(verdict['reasons'])} problem(s)")
-        for reason in verdict["reasons"]:
-            console.print(f"  [red]x[/] {reason}")
-    if result.get("fidelity", {}).get("unfaithful"):
-        console.print(
-            "[bold red]The replay was not faithful to the trace: latency verdicts below prove nothing.[/]"
-        )
+    console.print(f"[dim]llmreplay {result['mode']}: {escape(names)}[/]", soft_wrap=True)
+    for warning in result.get("warnings") or ():
+        console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
 
 
 def _latency_comparison(result: dict, console: Console) -> None:
     tolerance = result["tolerance"]
     level = f"{result['interval_confidence']:.2%}"
-    table = Table(title=f"Latency, baseline -> candidate (ms; ratio [{level} CI]; tolerance {tolerance:.0%})")
+    table = Table(
+        title=f"Latency, baseline -> candidate (ms; ratio [{level} paired-bootstrap CI]; tolerance ±{tolerance:.0%})"
+    )
     table.add_column("metric")
     for q in PERCENTILES:
         table.add_column(f"p{q}")
@@ -79,7 +80,8 @@ def _latency_comparison(result: dict, console: Console) -> None:
             b, c = row["baseline"][f"p{q}_ms"], row["candidate"][f"p{q}_ms"]
             ratio = "" if cmp_row["ratio"] is None else f"{cmp_row['ratio']:.2f}x"
             ci = "" if cmp_row["ci_low"] is None else f" [{cmp_row['ci_low']:.2f}-{cmp_row['ci_high']:.2f}]"
-            cells.append(f"{_ms(b)} -> {_ms(c)}\n{ratio}{ci}\n{_styled(cmp_row['verdict'])}")
+            few = " [dim](few)[/]" if cmp_row.get("few_samples") else ""
+            cells.append(f"{_ms(b)} -> {_ms(c)}\n{ratio}{ci}\n{_styled(cmp_row['verdict'])}{few}")
         table.add_row(*cells)
     console.print(table)
     paired = result.get("paired") or {}
@@ -143,7 +145,15 @@ def _errors(result: dict, console: Console) -> None:
         parts.append(f"{label}: error rate {rate} ({kinds})")
     comparison = errors.get("comparison")
     suffix = f" -> {_styled(comparison['verdict'])}" if comparison else ""
-    console.print("[bold]Errors[/] " + "; ".join(parts) + suffix)
+    console.print("[bold]Errors[/] " + escape("; ".join(parts)) + suffix)
+    for label in result["sides"]:
+        for message in (errors.get(label) or {}).get("top_messages", ()):
+            status = "" if message["status"] is None else f" {message['status']}"
+            text = message["message"] or "(no message)"
+            console.print(
+                f"  {escape(label)}: {message['count']:,} x {escape(message['kind'] or '')}{status}: {escape(text)}",
+                soft_wrap=True,
+            )
 
 
 def _fidelity(result: dict, console: Console) -> None:
@@ -156,7 +166,10 @@ def _fidelity(result: dict, console: Console) -> None:
         return
     for check in notable:
         style = STATUS_STYLES[check["status"]]
-        console.print(f"[bold]Fidelity[/] [{style}]{check['status']}[/] {check['check']}: {check['detail']}")
+        console.print(
+            f"[bold]Fidelity[/] [{style}]{check['status']}[/] {escape(check['check'])}: {escape(check['detail'])}",
+            soft_wrap=True,
+        )
 
 
 def _footer(result: dict, console: Console) -> None:

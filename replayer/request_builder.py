@@ -26,6 +26,9 @@ ENDPOINT_PATHS = {
 # forbid unknown fields, so nothing else engine-specific may be added for it.
 FORCE_LENGTH_FIELDS = {"vllm", "sglang", "trtllm"}
 CANCEL_HEADROOM_TOKENS = 16
+# Largest prompt a body is built for: beyond any engine's context (a synthesized body of this many
+# tokens is ~50 MB). Checked per row before the clock (replayer.plan_bounds) and again here.
+MAX_PROMPT_TOKENS = 10_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +125,8 @@ class _Content:
         self.speller = speller
         self.nonce = nonce
         self.has_content = record.content_messages is not None or record.content_prompt is not None
+        if not self.has_content:
+            _check_synthesized_size(record)
 
     def _need_speller(self) -> BlockSpeller:
         if self.speller is None:
@@ -221,6 +226,22 @@ class _Content:
             }
             return {"type": "json_schema", "json_schema": {"name": "replay_schema", "schema": schema}}
         return None
+
+
+def _check_synthesized_size(record: TraceRecord) -> None:
+    """Refuse to synthesize more text than any engine takes: memory grows with every token spelled."""
+    sizes = {
+        "prompt_tokens": record.prompt_tokens,
+        "messages": sum(m.tokens for m in record.messages),
+        "tool_definition_tokens": record.tool_definition_tokens,
+        "schema_tokens": record.schema_tokens,
+    }
+    for name, tokens in sizes.items():
+        if tokens > MAX_PROMPT_TOKENS:
+            raise BadInput(
+                f"request {record.request_id}: {name} of {tokens:,} tokens cannot be replayed "
+                f"(at most {MAX_PROMPT_TOKENS:,}: no engine takes more, and its body would not fit in memory)"
+            )
 
 
 def _loads(record: TraceRecord, column: str, text: str, kind) -> object:

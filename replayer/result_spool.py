@@ -20,21 +20,26 @@ from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
+from llmreplay.redaction import scrub_secrets
 from replayer.client import Outcome
 from replayer.helper_threads import yield_to_loop
 
 SPOOL_BATCH = 32
 _FRAME = struct.Struct("<I")
 # Outcome attributes kept for the results file, in tuple order after (plan index, due_ns).
-_KEPT = tuple(name for name in Outcome.__slots__ if name not in ("on_wire", "error_detail", "stop_reason"))
+_KEPT = tuple(name for name in Outcome.__slots__ if name not in ("on_wire", "stop_reason"))
 _CHUNKS = _KEPT.index("chunk_offsets_ns")
+_DETAIL = _KEPT.index("error_detail")
 
 
-def fields(index: int, due_ns: int, outcome: Outcome | None) -> tuple:
-    """A finished request as plain values; `outcome` None: shed by the client."""
+def fields(index: int, due_ns: int, outcome: Outcome | None, secrets: tuple[str, ...] = ()) -> tuple:
+    """A finished request as plain values; `outcome` None: shed by the client. The error detail is
+    scrubbed of `secrets` (and anything credential-like) here, before it can reach the disk."""
     if outcome is None:
         return (index, due_ns)
     values = [getattr(outcome, name) for name in _KEPT]
+    if values[_DETAIL] is not None:
+        values[_DETAIL] = scrub_secrets(values[_DETAIL], secrets)
     chunks = values[_CHUNKS]
     if chunks is not None:
         values[_CHUNKS] = (chunks if isinstance(chunks, array) else array("q", chunks)).tobytes()
@@ -56,8 +61,9 @@ def outcome_of(values: tuple) -> Outcome | None:
 class ResultSpool:
     """Collects (plan index, due_ns, Outcome) as the loop finishes requests; `append(Sent)` like a list."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, secrets: tuple[str, ...] = ()):
         self.path = Path(path)
+        self.secrets = secrets  # values scrubbed from error details (llmreplay.redaction.secret_values)
         self.partial_path = partial_path(self.path)
         self.count = 0
         self._batch: list[tuple] = []
@@ -68,7 +74,7 @@ class ResultSpool:
 
     def append(self, sent) -> None:
         """`sent`: a replayer.runner.Sent."""
-        self._batch.append(fields(sent.plan.index, sent.due_ns, sent.outcome))
+        self._batch.append(fields(sent.plan.index, sent.due_ns, sent.outcome, self.secrets))
         self.count += 1
         if len(self._batch) >= SPOOL_BATCH:
             self._flush()

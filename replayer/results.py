@@ -179,6 +179,7 @@ def _measured(row, item: Sent, built: Requests, start_ns, anchor_unix_ns, anchor
     row.update(
         http_status=out.http_status,
         error_kind=out.error_kind,
+        error_detail=None if out.error_kind is None else out.error_detail,  # scrubbed by the worker's spool
         retry_after_ms=out.retry_after_ms,
         tool_calls_count=out.tool_calls_count,
         ttfb_ns=out.ttfb_ns,

@@ -1,6 +1,12 @@
 """The event loop of one worker: open-loop dispatch at absolute deadlines, session chains, shedding,
 read-timeout watchdog, bounded shutdown. The loop does network I/O and timestamping only; the
 request bytes are encoded before the clock starts.
+
+The run is bounded as a whole: `--duration` stops sending at start + duration (one timer), a stop
+(the duration, SIGINT/SIGTERM) leaves in-flight requests the grace period, and whatever is still
+open after it is cut (error kind "shutdown"). So a server that trickles its answers cannot keep a
+run alive past duration + grace. `abandon` is the other end: no grace, for a worker whose
+coordinator is gone.
 """
 
 from __future__ import annotations
@@ -91,9 +97,11 @@ class Runner:
         self.results = [] if results is None else results
         self.counters = Counters()
         self.stopping = False
-        self.stop_reason = "completed"
+        self.stop_reason = "completed"  # | "duration" (it cut the schedule) | "interrupted" | "orphaned"
+        self.cut_after_grace = 0  # requests still open when the grace period ran out (cut: "shutdown")
         self._calls: set[_Call] = set()
-        self._waiting: set[asyncio.Task] = set()
+        self._waiting: dict[asyncio.Task, tuple[PlannedRequest, int]] = {}  # session turns: (plan, due)
+        self._duration_stop: asyncio.TimerHandle | None = None
         self._dispatcher: asyncio.Future | None = None
         self._idle = asyncio.Event()
         self._pool: ConnectionPool | None = None
@@ -113,6 +121,8 @@ class Runner:
         self._clock.on_due = self._send_due_heads
         self._timer = DeadlineTimer.create(loop)
         watchdog = loop.create_task(self._watch_reads())
+        if s.duration_ns is not None:  # stop sending then; in-flight requests get the grace period
+            self._end_of_duration()
         try:
             await self._warm()
             self._dispatcher = asyncio.ensure_future(self._dispatch_heads())
@@ -123,6 +133,8 @@ class Runner:
                     raise
             await self._drain()
         finally:
+            if self._duration_stop is not None:
+                self._duration_stop.cancel()
             watchdog.cancel()
             self._pool.close()
             if self._timer is not None:
@@ -130,7 +142,8 @@ class Runner:
         return self.results
 
     def stop(self, reason: str = "interrupted") -> None:
-        """Stop sending; in-flight requests get the grace period (SIGINT/SIGTERM land here)."""
+        """Stop sending; in-flight requests get the grace period (SIGINT/SIGTERM and the end of
+        --duration land here)."""
         if self.stopping:
             return
         self.stopping = True
@@ -141,7 +154,40 @@ class Runner:
             self._dispatcher.cancel()
         for task in list(self._waiting):
             task.cancel()
+        if self._duration_stop is not None:
+            self._duration_stop.cancel()
         self._idle.set()
+
+    def _end_of_duration(self) -> None:
+        """At start + duration (one loop timer for the run): send what fell due before it, even when
+        the loop is late to get here, then stop; re-armed when the loop's timer fires early."""
+        end_ns = self.s.start_ns + self.s.duration_ns
+        left_ns = end_ns - time.perf_counter_ns()
+        if left_ns > 0:
+            self._duration_stop = asyncio.get_running_loop().call_later(left_ns / 1e9, self._end_of_duration)
+            return
+        self._duration_stop = None
+        if self.stopping:
+            return
+        self._send_due_heads()
+        for task, (plan, due_ns) in list(self._waiting.items()):
+            if due_ns < end_ns and not self.stopping:
+                task.cancel()  # its wait is over: sent here, not after the stop
+                self._dispatch(plan, due_ns)
+        self.stop("duration")
+
+    def abandon(self) -> None:
+        """The coordinator is gone: stop at once, no grace. Every connection, in flight or idle, is
+        aborted (not flushed), so not one more byte goes to the target; the caller exits next."""
+        self.stopping = True
+        self.stop_reason = "orphaned"
+        if self._clock is not None:
+            self._clock.next_due_ns = NEVER_NS
+        for call in list(self._calls):
+            if call.exchange is not None:
+                call.exchange.abort()
+        if self._pool is not None:
+            self._pool.abort()
 
     async def _warm(self) -> None:
         """Open keep-alive connections before the clock starts, so early sends skip the TCP handshake."""
@@ -193,6 +239,7 @@ class Runner:
             due = start + heads[i].scheduled_offset_ns
             if self._past_duration(due):
                 i = len(heads)
+                self.stop_reason = "duration"  # it cut the schedule
                 break
             if due > time.perf_counter_ns():
                 break
@@ -274,6 +321,7 @@ class Runner:
         nxt = self.plans[plan.next_index]
         scheduled = self.s.start_ns + nxt.scheduled_offset_ns
         if self._past_duration(scheduled):
+            self.stop_reason = "duration"
             return
         due = session_due_ns(scheduled, ended_ns, nxt.think_time_ns)
         if due <= time.perf_counter_ns():
@@ -281,11 +329,11 @@ class Runner:
             return
         waiter = asyncio.get_running_loop().create_task(self._dispatch_later(nxt, due))
         if not waiter.done():
-            self._waiting.add(waiter)
+            self._waiting[waiter] = (nxt, due)
             waiter.add_done_callback(self._waiting_done)
 
     def _waiting_done(self, task: asyncio.Task) -> None:
-        self._waiting.discard(task)
+        self._waiting.pop(task, None)
         if not self._calls and not self._waiting:
             self._idle.set()
 
@@ -323,6 +371,7 @@ class Runner:
             except TimeoutError:
                 break
         pending = [call.task for call in self._calls if call.task is not None]
+        self.cut_after_grace = len(self._calls)
         for call in list(self._calls):
             _stop_call(call, "shutdown")
         if pending:

@@ -8,6 +8,7 @@ a million objects (replayer.plan_arrays makes a plan readable one at a time, for
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
@@ -15,11 +16,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from llmreplay.durations import format_duration
 from llmreplay.errors import BadInput
 from replayer.config import ScheduleConfig
 from replayer.plan_arrays import NONE, PLAN_COLUMNS, PlanArrays, int64_array
 
 CANCEL_KIND = "client_disconnected"
+MAX_PLANNED_REQUESTS = 100_000_000  # ~50 bytes a plan while planning, more while building bodies
+MAX_OFFSET_NS = 1 << 62  # due offsets and think times after --speed stay far inside int64
 # Trace columns a schedule is planned from (TraceRecord names, `arrival_time` for arrival_time_us).
 INPUT_COLUMNS = (
     "request_id",
@@ -137,6 +141,11 @@ def build_schedule(rows: ScheduleInput, config: ScheduleConfig) -> Schedule:
         chosen = chosen[: config.limit]
     if len(chosen) == 0:
         return _empty()
+    if config.scale * len(chosen) > MAX_PLANNED_REQUESTS:
+        raise BadInput(
+            f"--scale {config.scale:g}: would plan about {config.scale * len(chosen):,.0f} requests from "
+            f"{len(chosen):,} rows (at most {MAX_PLANNED_REQUESTS:,} fit in memory); lower --scale or cut the window"
+        )
     compressed, removed_ns = compress_idle_gaps(
         offsets_ns[chosen] - offsets_ns[chosen[0]], config.max_idle_gap_ns
     )
@@ -152,11 +161,19 @@ def build_schedule(rows: ScheduleInput, config: ScheduleConfig) -> Schedule:
         by_time = cancelled & ~by_tokens & (e2e > 0)
         cancel_tokens[by_tokens] = tokens[by_tokens]
         cancel_ns[by_time] = e2e[by_time]
+    due_ns = compressed / config.speed
+    think_ns = np.where(think == NONE, 0, think) / config.speed
+    longest = max(float(due_ns.max()), float(think_ns.max()))
+    if longest > MAX_OFFSET_NS:  # beyond int64 nanoseconds: replay.plan_bounds would never see it
+        raise BadInput(
+            f"--speed {config.speed:g}: the schedule would span {format_duration(round(longest))}; "
+            "cut it with --max-idle-gap, --to or a higher --speed"
+        )
     base = Schedule(
         record_index=chosen,
         copy_index=np.zeros(len(chosen), np.int64),
-        scheduled_offset_ns=np.rint(compressed / config.speed).astype(np.int64),
-        think_time_ns=np.where(think == NONE, NONE, np.rint(think / config.speed)).astype(np.int64),
+        scheduled_offset_ns=np.rint(due_ns).astype(np.int64),
+        think_time_ns=np.where(think == NONE, NONE, np.rint(think_ns)).astype(np.int64),
         cancel_after_tokens=cancel_tokens,
         cancel_after_ns=cancel_ns,
     )
@@ -174,10 +191,10 @@ def build_schedule(rows: ScheduleInput, config: ScheduleConfig) -> Schedule:
 
 
 def _check(config: ScheduleConfig) -> None:
-    if not config.speed > 0:
-        raise BadInput(f"--speed {config.speed}: must be greater than 0")
-    if not config.scale > 0:
-        raise BadInput(f"--scale {config.scale}: must be greater than 0")
+    if not (config.speed > 0 and math.isfinite(config.speed)):
+        raise BadInput(f"--speed {config.speed}: must be a finite number greater than 0")
+    if not (config.scale > 0 and math.isfinite(config.scale)):
+        raise BadInput(f"--scale {config.scale}: must be a finite number greater than 0")
     if config.limit is not None and config.limit < 1:
         raise BadInput(f"--limit {config.limit}: must be at least 1")
     if config.max_idle_gap_ns is not None and config.max_idle_gap_ns < 0:

@@ -1,5 +1,7 @@
 """The end-of-run summary: latency percentiles (from the send and from the schedule), throughput,
-errors by kind and the dispatch-lag fidelity check. Pure over the results table, plus a printer.
+errors by kind with their commonest messages, and the run's verdict — the same checks `report`
+makes (replayer.run_fidelity, replayer.error_gate, replayer.compare_verdict). Pure over the results
+table, plus printers; `--quiet` prints the verdict line alone.
 """
 
 from __future__ import annotations
@@ -10,21 +12,28 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from rich.markup import escape
 
 from llmreplay.metrics import PERCENTILES, itl_values_ns, latency_summary_ms, percentiles, success_mask
+from replayer import run_fidelity
+from replayer.compare_verdict import verdict
+from replayer.error_gate import commonest_messages, engine_error_mask, error_counts, error_rate_check
+from replayer.gate_limits import MAX_ERROR_RATE, FidelityLimits
 from replayer.streamed_percentiles import streamed_percentiles
 
 LAG_PERCENTILES = (50, 90, 99)
 # The per-request columns `summarize_file` reads whole; the chunk offsets are streamed for the ITL.
-COLUMNS = (
-    "sent_offset_ns",
-    "error_kind",
-    "http_status",
-    "dispatch_lag_ns",
-    "session_wait_ns",
-    "ttft_ns",
-    "e2e_ns",
-    "completion_tokens",
+COLUMNS = tuple(
+    dict.fromkeys(
+        (
+            *run_fidelity.FACT_COLUMNS,
+            "session_wait_ns",
+            "ttft_ns",
+            "e2e_ns",
+            "completion_tokens",
+            "error_detail",
+        )
+    )
 )
 ITL_BATCH_ROWS = 4096  # ~150 chunks a row: a few MB a batch
 
@@ -43,11 +52,17 @@ def from_schedule(table: pa.Table) -> pa.Table:
     return out
 
 
-def summarize_file(path: Path, lag_bound_ns: int) -> dict:
+def summarize_file(
+    path: Path,
+    limits: FidelityLimits | None = None,
+    max_error_rate: float = MAX_ERROR_RATE,
+    never_attempted: int = 0,
+    stop_reason: str | None = None,
+) -> dict:
     """`summarize` of a run's results file, holding its per-request columns but not every
     inter-chunk gap (the ITL percentiles are computed in passes over the file, exactly)."""
     table = pq.read_table(path, columns=list(COLUMNS))
-    return summarize(table, lag_bound_ns, itl_summary_ms(path))
+    return summarize(table, limits, max_error_rate, never_attempted, stop_reason, itl_summary_ms(path))
 
 
 def itl_summary_ms(path: Path) -> dict:
@@ -63,9 +78,18 @@ def itl_summary_ms(path: Path) -> dict:
     return {"count": count, **points}
 
 
-def summarize(table: pa.Table, lag_bound_ns: int, itl_ms: dict | None = None) -> dict:
-    """Everything the summary prints, as JSON-able values (ms for times). `itl_ms`: see
+def summarize(
+    table: pa.Table,
+    limits: FidelityLimits | None = None,
+    max_error_rate: float = MAX_ERROR_RATE,
+    never_attempted: int = 0,
+    stop_reason: str | None = None,
+    itl_ms: dict | None = None,
+) -> dict:
+    """Everything the summary prints, as JSON-able values (ms for times). `never_attempted`: planned
+    requests without a row (the run stopped before their time); `itl_ms`: see
     llmreplay.metrics.latency_summary_ms."""
+    limits = limits or FidelityLimits()
     sent = pc.is_valid(table.column("sent_offset_ns"))
     sent_table = table.filter(sent)
     ok = success_mask(sent_table)
@@ -77,12 +101,34 @@ def summarize(table: pa.Table, lag_bound_ns: int, itl_ms: dict | None = None) ->
     span_s = float((end.max() - start.min()) / 1e9) if len(start) else 0.0
     completion = _ns_array(sent_table, "completion_tokens")[ok]
     lag = {**percentiles(lag_ms, LAG_PERCENTILES), "max": float(lag_ms.max()) if len(lag_ms) else None}
-    lag_p99 = lag["p99"]
+    facts = run_fidelity.run_facts(table, never_attempted, stop_reason)
+    fidelity = run_fidelity.run_checks("run", facts, limits)
+    kinds = np.array(table.column("error_kind").to_pylist(), dtype=object)
+    counts = error_counts(kinds, facts.sent, facts.success)
+    gate = error_rate_check("run", counts, max_error_rate)
+    failed = engine_error_mask(kinds, facts.sent, facts.success)
+    top = commonest_messages(
+        kinds,
+        _ns_array(table, "http_status"),
+        np.array(table.column("error_detail").to_pylist(), dtype=object),
+        failed,
+    )
+    run_verdict = verdict(
+        "replay",
+        fidelity,
+        [gate],
+        [],
+        {"run": {"successful": int(facts.success.sum()), "requests": facts.planned}},
+    )
     return {
         "requests": table.num_rows,
+        "planned": facts.planned,  # rows + planned requests the run never got to
         "sent": int(sent_table.num_rows),
         "succeeded": int(ok.sum()),
+        "stop_reason": stop_reason,
         "errors": {e["values"]: int(e["counts"]) for e in errors},
+        "error_rate": counts["error_rate"],
+        "top_errors": top,
         "span_s": round(span_s, 3),
         "throughput": {
             "requests_per_s": round(ok.sum() / span_s, 3) if span_s > 0 else None,
@@ -92,8 +138,10 @@ def summarize(table: pa.Table, lag_bound_ns: int, itl_ms: dict | None = None) ->
         "latency_from_schedule_ms": latency_summary_ms(from_schedule(sent_table), itl_ms=itl_ms),
         "dispatch_lag_ms": lag,
         "session_wait_ms": percentiles(wait_ms, LAG_PERCENTILES),
-        "lag_bound_ms": lag_bound_ns / 1e6,
-        "client_fell_behind": bool(lag_p99 is not None and lag_p99 > lag_bound_ns / 1e6),
+        "max_dispatch_lag_ms": limits.max_dispatch_lag_p99_ns / 1e6,
+        "max_error_rate": max_error_rate,
+        "checks": [*fidelity, gate],
+        "verdict": run_verdict,
     }
 
 
@@ -119,18 +167,34 @@ def print_summary(summary: dict, console) -> None:
     )
     console.print(table)
     tp = summary["throughput"]
+    stopped = ""
+    if summary["stop_reason"] not in (None, *run_fidelity.FINISHED_REASONS):
+        stopped = f"; {summary['stop_reason']} after {summary['sent']} of {summary['planned']} requests"
     console.print(
-        f"sent {summary['sent']} of {summary['requests']}, succeeded {summary['succeeded']} in {summary['span_s']} s: "
-        f"{tp['requests_per_s']} req/s, {tp['output_tokens_per_s']} output tokens/s; max dispatch lag {_fmt(lag['max'])} ms"
+        f"sent {summary['sent']} of {summary['planned']}, succeeded {summary['succeeded']} in {summary['span_s']} s: "
+        f"{tp['requests_per_s']} req/s, {tp['output_tokens_per_s']} output tokens/s; max dispatch lag "
+        f"{_fmt(lag['max'])} ms{stopped}"
     )
     if summary["errors"]:
         console.print("errors: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["errors"].items())))
-    if summary["client_fell_behind"]:
+    for message in summary["top_errors"]:
+        status = "" if message["status"] is None else f" {message['status']}"
         console.print(
-            f"[bold red]NOT A FAITHFUL REPLAY: dispatch lag p99 {_fmt(lag['p99'])} ms exceeds "
-            f"{summary['lag_bound_ms']} ms; the client fell behind the schedule. Latencies from the schedule "
-            "include that delay; use --workers, a lower --speed/--scale or a bigger machine.[/bold red]"
+            f"  {message['count']} x {message['kind']}{status}: {escape(message['message'] or '(no message)')}",
+            soft_wrap=True,
         )
+    for check in summary["checks"]:
+        if check["status"] == run_fidelity.FAIL:
+            console.print(f"[red]x[/] {escape(check['check'])}: {escape(check['detail'])}", soft_wrap=True)
+    print_verdict(summary, console)
+
+
+def print_verdict(summary: dict, console) -> None:
+    """The run's verdict in one line (all `--quiet` prints)."""
+    verdict_ = summary["verdict"]
+    word, _, rest = verdict_["headline"].partition(": ")
+    style = "bold green" if verdict_["status"] == "pass" else "bold red"
+    console.print(f"[{style}]{word}[/]: {escape(rest)}", soft_wrap=True)
 
 
 def _fmt(value) -> str:

@@ -1,11 +1,14 @@
-"""The target engine: base URL normalisation, model list and engine detection (before the run).
+"""The target engine, probed before any clock starts: base URL, host name, model list, engine, and
+the --server-metrics endpoint. Any malformed or missing answer is one BadInput line.
 
-Blocking HTTP is fine here: it runs once, before any clock starts.
+Blocking HTTP is fine here: it runs once, before the run.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -34,29 +37,76 @@ class TargetInfo:
 
 def normalise_base_url(url: str) -> str:
     """`http://h:p`, `http://h:p/` and `http://h:p/v1` all mean the same server root."""
-    parsed = urllib.parse.urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise BadInput(f"--target {url}: expected an http:// or https:// URL")
+    try:
+        parsed = urllib.parse.urlparse(url)
+    except ValueError as exc:
+        raise BadInput(f"--target {url}: not a URL ({exc})") from None
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise BadInput(f"--target {url}: expected an http:// or https:// URL with a host")
     path = parsed.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[: -len("/v1")]
+    try:
+        parsed.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError:
+        raise BadInput(f"--target {url}: the port is not a number from 1 to 65535") from None
     return f"{parsed.scheme}://{parsed.netloc}{path}"
+
+
+def check_resolves(url: str, flag: str = "--target") -> None:
+    """The URL's host name resolves (an unknown host is bad input, not a run of connect errors)."""
+    parsed = urllib.parse.urlsplit(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        socket.getaddrinfo(parsed.hostname, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else "not a valid host name"
+        raise BadInput(f"{flag} {url}: cannot resolve host {parsed.hostname} ({reason})") from None
+
+
+def _fetch(request: urllib.request.Request, timeout_s: float) -> tuple[http.client.HTTPResponse, bytes]:
+    """urlopen and read the whole body; every malformed answer (bad status line, huge or too many
+    headers, a short body, not HTTP at all) raises ProbeFailed with a one-line reason."""
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return response, response.read()
+    except urllib.error.HTTPError as exc:
+        raise ProbeFailed(f"HTTP {exc.code} {exc.reason}") from None
+    except urllib.error.URLError as exc:
+        raise ProbeFailed(str(getattr(exc.reason, "strerror", None) or exc.reason)) from None
+    except http.client.HTTPException as exc:
+        name, text = type(exc).__name__, _short(exc)
+        text = text.removeprefix(name).strip("() ")  # IncompleteRead repeats its own name
+        raise ProbeFailed(f"malformed HTTP answer: {name} {text}".strip()) from None
+    except (OSError, ValueError) as exc:
+        raise ProbeFailed(f"{type(exc).__name__}: {_short(exc)}") from None
+
+
+class ProbeFailed(Exception):
+    """A probe got no usable answer; the message is the reason, one line."""
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def probe_target(base_url: str, engine: str, api_key: str | None, timeout_s: float = 10.0) -> TargetInfo:
     """GET /v1/models for the model names and the engine; `engine` other than 'detect' wins."""
+    check_resolves(base_url)
     request = urllib.request.Request(base_url + "/v1/models", headers={"User-Agent": "llmreplay"})
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            server = response.headers.get("Server", "")
-            payload = json.loads(response.read())
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+        response, body = _fetch(request, timeout_s)
+        server = response.headers.get("Server", "")
+        payload = json.loads(body)
+    except (ProbeFailed, ValueError) as exc:
         if engine != "detect":
             return TargetInfo(base_url, (), engine, "flag")
+        reason = exc if isinstance(exc, ProbeFailed) else f"not JSON: {_short(exc)}"
         raise BadInput(
-            f"--target {base_url}: GET /v1/models failed ({exc}); pass --engine (and --model) to skip detection"
+            f"--target {base_url}: GET /v1/models failed ({reason}); pass --engine (and --model) to skip detection"
         ) from None
     entries = payload.get("data") if isinstance(payload, dict) else None
     entries = [e for e in entries or () if isinstance(e, dict)]
@@ -71,3 +121,21 @@ def probe_target(base_url: str, engine: str, api_key: str | None, timeout_s: flo
         if marker in server.lower():
             return TargetInfo(base_url, models, name, "server header")
     return TargetInfo(base_url, models, "openai", "default")
+
+
+def probe_metrics(url: str, api_key: str | None, timeout_s: float = 5.0) -> None:
+    """GET the --server-metrics URL once: it must answer 200 with Prometheus text, before the clock."""
+    check_resolves(url, "--server-metrics")
+    request = urllib.request.Request(url, headers={"User-Agent": "llmreplay"})
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        _, body = _fetch(request, timeout_s)
+    except ProbeFailed as exc:
+        raise BadInput(f"--server-metrics {url}: {exc}") from None
+    from replayer.server_metrics import parse_prometheus
+
+    if not parse_prometheus(body.decode("utf-8", "replace")):
+        raise BadInput(
+            f"--server-metrics {url}: the answer holds no Prometheus samples (is it the /metrics path?)"
+        )

@@ -6,17 +6,24 @@ does not grow with the trace's length beyond its plans (columns, replayer.plan_a
 request): requests are read a window ahead
 (replayer.request_source) and finished requests leave for disk in small batches
 (replayer.result_spool).
+
+It never outlives the coordinator (replayer.parent_watch): when the coordinator is gone, it stops
+sending at once and exits, before the start or in the middle of the run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import signal
 import sys
 import time
 from dataclasses import dataclass, replace
+from typing import NoReturn
 
+from llmreplay.redaction import secret_values
+from replayer.parent_watch import EXIT_ORPHANED, die_with_parent, parent_gone, say_orphaned
 from replayer.plan_arrays import PlanArrays
 from replayer.process_memory import peak_rss_mb
 from replayer.request_file import encode_heads, read_fields
@@ -50,54 +57,105 @@ def open_requests(job: WorkerJob) -> tuple[RequestSource, bytes]:
     return source, fields.streams
 
 
-def worker_main(job: WorkerJob, conn, stats) -> None:
+def worker_main(job: WorkerJob, conn, stats, alive, parent_pid: int) -> None:
     """Process entry. Protocol: <- ("load",) | ("stop",); -> ("ready", s) | ("error", text, bad_input);
-    <- ("start", ns) | ("stop",); -> ("done", info)."""
+    <- ("start", ns) | ("stop",); -> ("done", info).
+
+    `alive`: the read end of the coordinator's liveness pipe (EOF once the coordinator is gone);
+    `parent_pid`: the coordinator's pid. A worker whose coordinator is gone exits without sending."""
+    die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator decides; it forwards SIGTERM
-    if conn.recv()[0] != "load":
-        conn.send(("done", {"worker": job.worker, "stop_reason": "interrupted", "sent": 0}))
+    alive_fd = alive.fileno()
+    if parent_gone(parent_pid, alive_fd):  # it died while we were starting: send nothing
+        _orphaned(job, parent_pid)
+    if _receive(conn, job, parent_pid)[0] != "load":
+        _send(conn, _not_started(job), job, parent_pid)
         return
     try:
         t0 = time.perf_counter()
         requests, streams = open_requests(job)
-        conn.send(("ready", time.perf_counter() - t0))
+        ready = ("ready", time.perf_counter() - t0)
     except Exception as exc:  # reported to the coordinator, which turns BadInput into exit 2
-        conn.send(("error", f"{type(exc).__name__}: {exc}", type(exc).__name__ == "BadInput"))
+        ready = ("error", f"{type(exc).__name__}: {exc}", type(exc).__name__ == "BadInput")
+    _send(conn, ready, job, parent_pid)
+    if ready[0] == "error":
         return
-    message = conn.recv()
+    message = _receive(conn, job, parent_pid)
     if message[0] != "start":
         requests.close()
-        conn.send(("done", {"worker": job.worker, "stop_reason": "interrupted", "sent": 0}))
+        _send(conn, _not_started(job), job, parent_pid)
         return
-    spool = ResultSpool(job.results_path)
+    spool = ResultSpool(job.results_path, secret_values(job.headers))
     runner = Runner(job.plans, requests, streams, replace(job.settings, start_ns=message[1]), spool)
     gc.collect()
     gc.freeze()  # the plans live all run: keep the collector from rescanning them
+    if parent_gone(parent_pid, alive_fd):
+        _orphaned(job, parent_pid)
     cpu_before_s = time.process_time()
-    _run_loop(runner, stats)
+    _run_loop(runner, stats, alive_fd, lambda: _abandon(runner, job, parent_pid))
     loop_cpu_s = time.process_time() - cpu_before_s
     spool.close()
     requests.close()
-    conn.send(
+    _send(
+        conn,
         (
             "done",
             {
                 "worker": job.worker,
                 "stop_reason": runner.stop_reason,
                 "sent": runner.counters.sent,
+                "cut_after_grace": runner.cut_after_grace,
                 "loop_cpu_s": round(loop_cpu_s, 3),
                 "max_rss_mb": peak_rss_mb(),
                 "requests_read_on_loop": requests.loop_reads,
                 "modules_loaded": sorted(m for m in ("pyarrow", "aiohttp", "numpy") if m in sys.modules),
             },
-        )
+        ),
+        job,
+        parent_pid,
     )
 
 
-def _run_loop(runner: Runner, stats) -> None:
+def _not_started(job: WorkerJob) -> tuple:
+    return ("done", {"worker": job.worker, "stop_reason": "interrupted", "sent": 0})
+
+
+def _receive(conn, job: WorkerJob, parent_pid: int) -> tuple:
+    """The coordinator's next message; its end of the pipe closing means it is gone."""
+    try:
+        return conn.recv()
+    except (EOFError, OSError):
+        _orphaned(job, parent_pid)
+
+
+def _send(conn, message: tuple, job: WorkerJob, parent_pid: int) -> None:
+    try:
+        conn.send(message)
+    except OSError:  # BrokenPipeError and kin: the coordinator is gone
+        _orphaned(job, parent_pid)
+
+
+def _abandon(runner: Runner, job: WorkerJob, parent_pid: int) -> NoReturn:
+    """The liveness pipe hit EOF mid-run (the loop's reader): drop every connection, exit."""
+    try:
+        runner.abandon()
+    finally:
+        _orphaned(job, parent_pid)
+
+
+def _orphaned(job: WorkerJob, parent_pid: int) -> NoReturn:
+    """Exit now: no results (nobody would merge them), no cleanup that could block, nothing sent."""
+    say_orphaned(job.worker, parent_pid)
+    os._exit(EXIT_ORPHANED)
+
+
+def _run_loop(runner: Runner, stats, alive_fd: int, on_parent_gone) -> None:
+    """Run the loop; `on_parent_gone` is called from the loop when the liveness pipe turns readable
+    (an fd reader: nothing per request, and it wakes a loop parked before a long idle gap)."""
     import uvloop
 
     async def main():
+        asyncio.get_running_loop().add_reader(alive_fd, on_parent_gone)
         publisher = asyncio.ensure_future(_publish(runner, stats))
         try:
             await runner.run()

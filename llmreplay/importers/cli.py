@@ -13,15 +13,15 @@ _SOURCES = ("mooncake", "azure", "burstgpt", "ragpulse")  # kept equal to pipeli
 @click.argument("source", type=click.Choice(_SOURCES))
 @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
 @click.option(
-    "-o", "--output", "output", required=True, type=click.Path(path_type=Path), help="Trace file to write."
+    "-o", "--out", "output", required=True, type=click.Path(path_type=Path), help="Trace file to write."
 )
 @click.option("--force", is_flag=True, help="Replace the output file if it exists.")
 @click.option(
     "--block-size",
     type=int,
     default=None,
-    help="Tokens per hash id block (mooncake: the file's block size, default 512; "
-    "ragpulse: size of the derived blocks, default 512).",
+    help="Tokens per hash id block (mooncake: the file's block size; ragpulse: size of the derived "
+    "blocks) [default: 512].",
 )
 @click.option("--quiet", is_flag=True, help="Print nothing on success (skipped rows are still reported).")
 def import_trace(source: str, file: Path, output: Path, force: bool, block_size: int | None, quiet: bool):

@@ -8,6 +8,7 @@ from pathlib import Path
 from llmreplay.errors import BadInput
 from llmreplay.importers.assemble import IMPORTED_ENDPOINT, IMPORTED_STREAM, assemble
 from llmreplay.importers.source_request import SourceRead, skip_counts, skip_summary
+from llmreplay.output_paths import cannot_write, check_output_file
 from llmreplay.trace_format import TraceMeta
 from llmreplay.trace_io import write_trace
 
@@ -42,10 +43,7 @@ def check_config(config: ImportConfig) -> None:
             raise BadInput(f"--block-size {config.block_size}: must be a positive number of tokens")
         if config.source not in _BLOCKED_SOURCES:
             raise BadInput(f"--block-size: {config.source} traces carry no prefix hash ids")
-    if config.output_path.is_dir():
-        raise BadInput(f"{config.output_path}: is a directory; give a file name for the trace")
-    if config.output_path.exists() and not config.force:
-        raise BadInput(f"{config.output_path}: already exists (use --force to replace it)")
+    check_output_file(config.output_path, config.force, "-o")
 
 
 def read_source(config: ImportConfig) -> SourceRead:
@@ -94,7 +92,10 @@ def import_trace_file(config: ImportConfig) -> ImportSummary:
         relative_time=read.relative_time,
         extra=extra,
     )
-    write_trace(config.output_path, assembly.records, meta)
+    try:
+        write_trace(config.output_path, assembly.records, meta)
+    except OSError as exc:
+        raise cannot_write("-o", config.output_path, exc) from None
     return ImportSummary(
         rows_read=rows_read,
         requests=len(assembly.records),

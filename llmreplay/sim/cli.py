@@ -14,22 +14,24 @@ def _opt(*names_kind_help):
 
 
 @click.command()
-@_opt("--host", str, "Address to listen on (default 127.0.0.1).")
-@_opt("--port", click.IntRange(0, 65535), "Port to listen on (default 8000).")
+@_opt("--host", str, "Address to listen on [default: 127.0.0.1].")
+@_opt("--port", click.IntRange(0, 65535), "Port to listen on [default: 8000].")
 @_opt(
     "--profile", str, "Engine profile: 'fast', 'slow' or a TOML file whose keys are the flag names with '_'."
 )
 @_opt(
     "--log", "log_path", str, "Ground-truth Parquet (one row per request); steps go to <stem>.steps.parquet."
 )
-@click.option("--model", "models", multiple=True, help="Model name to serve (repeatable; default sim-model).")
-@_opt("--seed", int, "Seed for output lengths, faults and spikes (default 0).")
+@click.option(
+    "--model", "models", multiple=True, help="Model name to serve (repeatable) [default: sim-model]."
+)
+@_opt("--seed", int, "Seed for output lengths, faults and spikes [default: 0].")
 @_opt(
     "--tokenizer",
     str,
-    "Tokenizer counting prompt tokens: mistral-tekken (default), tiktoken:<enc>, tokenizer.json.",
+    "Tokenizer counting prompt tokens: mistral-tekken, tiktoken:<enc>, tokenizer.json [default: mistral-tekken].",
 )
-@_opt("--message-overhead-tokens", int, "Tokens added per chat message, like a chat template (default 0).")
+@_opt("--message-overhead-tokens", int, "Tokens added per chat message, like a chat template [default: 0].")
 @_opt("--max-num-seqs", int, "Batch slots: sequences running at once.")
 @_opt("--kv-cache-tokens", int, "KV budget in tokens; a request reserves prompt + output tokens.")
 @_opt(
@@ -39,7 +41,7 @@ def _opt(*names_kind_help):
 @_opt("--decode-base-ms", float, "Fixed time of every step, in milliseconds.")
 @_opt("--decode-per-seq-ms", float, "Step time per running sequence, in milliseconds.")
 @_opt("--prefix-cache-blocks", int, "Prefix cache size in blocks (0 disables it).")
-@_opt("--block-size", int, "Prefix block size in tokens (as in llmreplay.prefix_hash; default 512).")
+@_opt("--block-size", int, "Prefix block size in tokens, as in llmreplay.prefix_hash [default: 512].")
 @_opt("--max-waiting", int, "Waiting-queue limit; beyond it requests get 429 with Retry-After.")
 @_opt("--retry-after-s", int, "Retry-After seconds sent with 429.")
 @_opt("--output-len-dist", click.Choice(["fixed", "uniform", "lognormal"]), "Output length when not forced.")
@@ -48,15 +50,18 @@ def _opt(*names_kind_help):
 @_opt("--output-len-min-tokens", int, "Shortest drawn output.")
 @_opt("--output-len-max-tokens", int, "Longest drawn output.")
 @_opt("--error-rate", float, "Share of requests answered with --error-status at once.")
-@_opt("--error-status", click.Choice(["500", "503"]), "Status for --error-rate (default 500).")
+@_opt("--error-status", click.Choice(["500", "503"]), "Status for --error-rate [default: 500].")
 @_opt("--cut-rate", float, "Share of streams cut mid-response (connection aborted).")
 @_opt("--stream-error-rate", float, "Share of streams sending an SSE error object inside the 200 stream.")
 @_opt("--spike-rate", float, "Share of engine steps that take --spike-ms longer.")
 @_opt("--spike-ms", float, "Extra time of a spiked step, in milliseconds.")
 @_opt("--slow-first-token-ms", float, "Delay before a request enters the engine, in milliseconds.")
-@_opt("--slow-first-token-rate", float, "Share of requests delayed by --slow-first-token-ms (default 1).")
+@_opt("--slow-first-token-rate", float, "Share of requests delayed by --slow-first-token-ms [default: 1].")
 @_opt(
-    "--loop", "event_loop", click.Choice(["uvloop", "asyncio"]), "Event loop implementation (default uvloop)."
+    "--loop",
+    "event_loop",
+    click.Choice(["uvloop", "asyncio"]),
+    "Event loop implementation [default: uvloop].",
 )
 def sim(profile, error_status, **flags):
     """Serve a simulated OpenAI-compatible engine (continuous batching, prefix cache, faults).

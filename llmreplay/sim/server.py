@@ -227,11 +227,9 @@ class SimServer:
             exchange.arrival_mono_ns, sink,
         )  # fmt: skip
         exchange.seq = seq
-        await self._run(seq, fault.first_token_delay_ms, parsed.stream, exchange)
-        if exchange.outcome == "ok":
-            exchange.finish_reason = finish_reason
+        await self._run(seq, fault.first_token_delay_ms, parsed.stream, finish_reason, exchange)
         if parsed.stream:
-            return await self._end_stream(response, exchange)
+            return await self._end_stream(response, sink, exchange)
         return await self._body_answer(request, encoder, seq, finish_reason, exchange)
 
     def _check_model(self, parsed: CompletionRequest, exchange: Exchange) -> str:
@@ -264,8 +262,11 @@ class SimServer:
         await response.write(encoder.opening())  # also flushes the buffered headers
         return response
 
-    async def _run(self, seq: Sequence, delay_ms: float, stream: bool, exchange: Exchange) -> None:
-        """Hand the sequence to the engine and wait until it leaves; sets the exchange's outcome."""
+    async def _run(
+        self, seq: Sequence, delay_ms: float, stream: bool, finish_reason: str, exchange: Exchange
+    ) -> None:
+        """Hand the sequence to the engine and wait until it leaves; sets the exchange's outcome
+        (and its finish reason when the answer is complete)."""
         if delay_ms:
             asyncio.get_running_loop().call_later(delay_ms / 1e3, self._submit, seq)
         else:
@@ -274,10 +275,15 @@ class SimServer:
             await seq.sink.done
         except asyncio.CancelledError:  # the client hung up (or the sink cut the connection itself)
             self.engine.abort(seq, "cancelled_by_client", time.perf_counter_ns())
-            # a stream whose every token was written before the hang-up still counts as ok
-            exchange.outcome = seq.outcome or ("ok" if stream else "cancelled_by_client")
+            # a stream whose final frame was written before the hang-up is complete (StreamSink)
+            complete = stream and seq.sink.final_written
+            exchange.outcome = seq.outcome or ("ok" if complete else "cancelled_by_client")
+            if exchange.outcome == "ok":
+                exchange.finish_reason = finish_reason
             raise
         exchange.outcome = seq.outcome or "ok"
+        if exchange.outcome == "ok":
+            exchange.finish_reason = finish_reason
 
     def _submit(self, seq: Sequence) -> None:
         if seq.state == "new":  # not aborted while an injected delay ran
@@ -310,12 +316,19 @@ class SimServer:
             return _error_response(InvalidRequest("the sim is shutting down", 503, "shutdown"), 0)
         return None
 
-    async def _end_stream(self, response: web.StreamResponse, exchange: Exchange) -> web.StreamResponse:
+    async def _end_stream(
+        self, response: web.StreamResponse, sink: StreamSink, exchange: Exchange
+    ) -> web.StreamResponse:
+        """End the chunked body. The client may be gone by now although it has every event: the
+        sink wrote the final frame (with [DONE]) in the engine's step, and this handler runs one or
+        more loop passes later, after the loop may have read the client's close (the openai SDK
+        closes at [DONE]). Such a stream is complete, as StreamSink defines it, not cancelled."""
         if exchange.outcome not in ("cut", "cancelled_by_client"):
             try:
                 await response.write_eof()
-            except ConnectionError:
-                exchange.outcome = "cancelled_by_client"
+            except ConnectionError:  # aiohttp: "Cannot write to closing transport"
+                if not sink.final_written:
+                    exchange.outcome = "cancelled_by_client"
         return response
 
     async def _body_answer(

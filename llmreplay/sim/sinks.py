@@ -17,7 +17,17 @@ _STREAM_ERROR = sse(
 
 
 class StreamSink:
-    """SSE answer: one frame per token; the last token's frame carries the closing events."""
+    """SSE answer: one frame per token; the last token's frame carries the closing events.
+
+    A stream is complete (`final_written`) from the moment `transport.write` accepted its final
+    frame (the frame ending in `data: [DONE]`: the last token with the finish reason and usage, or
+    an injected in-stream error) while the transport was not closing, that is before the sim
+    learned of any disconnect. Every byte a client needs is then the kernel's to deliver. What
+    follows is framing, written by the handler one or more loop passes later: the chunked-encoding
+    terminator of `write_eof`. A client that stops at [DONE] (the openai SDK closes the response
+    there) may hang up before it, and the handler must not turn that into `cancelled_by_client`.
+    A disconnect seen before the final write (`emit` finds the transport closing) is a cancellation.
+    """
 
     __slots__ = (
         "_transport",
@@ -27,6 +37,7 @@ class StreamSink:
         "_fault",
         "_stop_after",
         "done",
+        "final_written",
     )
 
     def __init__(
@@ -46,6 +57,7 @@ class StreamSink:
         self._fault = fault
         self._stop_after = stop_after_tokens
         self.done = done
+        self.final_written = False
 
     def emit(self, seq: Sequence, number: int, now_ns: int) -> bool:
         transport = self._transport
@@ -60,6 +72,7 @@ class StreamSink:
         usage_obj = usage(seq.prompt_tokens, number, seq.cached_tokens) if self._include_usage else None
         payload = self._encoder.token(number, number) + self._encoder.closing(self._finish_reason, usage_obj)
         transport.write(chunk_frame(payload))  # the last token travels with the closing events
+        self.final_written = True
         return True
 
     def _inject(self, seq: Sequence) -> bool:
@@ -70,6 +83,7 @@ class StreamSink:
             seq.outcome = "truncated"  # the handler ends the body cleanly, without [DONE]
         else:
             self._transport.write(chunk_frame(_STREAM_ERROR + b"data: [DONE]\n\n"))
+            self.final_written = True
             seq.outcome = "stream_error"
         return False
 

@@ -15,11 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmreplay.run_format import RESULT_SCHEMA, RESULTS_FILE, RUN_FILE
+from llmreplay.run_format import RESULT_SCHEMA, RESULTS_FILE, RUN_FILE, RUN_FORMAT_VERSION
 from llmreplay.trace_format import TraceMeta
 from llmreplay.trace_io import write_trace
 
 EPOCH_US = 1_750_000_000_000_000  # an arbitrary wall-clock anchor
+STATUS_OF_KIND = {"http_5xx": 500, "http_4xx": 400, "rate_limited_429": 429, "shed_by_client": None}
 
 
 @dataclass(frozen=True)
@@ -76,15 +77,23 @@ def write_run(
     errors: dict[int, str] | None = None,
     lag_ns: int = 200_000,
     config: dict | None = None,
+    error_details: dict[int, str] | None = None,
+    stop_reason: str = "completed",
+    not_sent: int = 0,
 ) -> Path:
-    """A run directory as `llmreplay replay` writes it (results.parquet with RESULT_SCHEMA, run.json)."""
+    """A run directory as `llmreplay replay` writes it (results.parquet with RESULT_SCHEMA, run.json).
+
+    `errors`: row -> error kind (shed_by_client rows are not sent); `error_details`: row -> what the
+    failure said; `not_sent`: planned requests without a row (an interrupted run's, with `stop_reason`)."""
     a = shape.arrays()
     n = shape.n
     timing = _timing_columns(a, ttft_ns, tpot_ns)
     errors = errors or {}
     error_kind = [errors.get(i) for i in range(n)]
     failed = np.array([kind is not None for kind in error_kind])
+    shed = np.array([kind == "shed_by_client" for kind in error_kind])
     scheduled = (a["arrival_offset_ns"] / speed).astype(np.int64)
+    details = error_details or {}
     columns = {
         "request_id": a["request_id"],
         "session_id": [None] * n,
@@ -98,7 +107,7 @@ def write_run(
         "tool_choice": [None] * n,
         "structured_output": ["none"] * n,
         "max_tokens": a["completion_tokens"].tolist(),
-        "http_status": [500 if f else 200 for f in failed],
+        "http_status": [STATUS_OF_KIND.get(kind, 200) for kind in error_kind],
         "error_kind": error_kind,
         "retry_after_ms": [None] * n,
         "prompt_tokens": a["prompt_tokens"].tolist(),
@@ -119,21 +128,28 @@ def write_run(
         "copy_index": [0] * n,
         "worker": [0] * n,
         "scheduled_offset_ns": scheduled.tolist(),
-        "sent_offset_ns": (scheduled + lag_ns).tolist(),
-        "dispatch_lag_ns": [lag_ns] * n,
+        "sent_offset_ns": [None if x else int(s + lag_ns) for x, s in zip(shed, scheduled, strict=True)],
+        "dispatch_lag_ns": [None if x else lag_ns for x in shed],
         "session_wait_ns": [0] * n,
-        "sent_time": [_ts(EPOCH_US + int((s + lag_ns) // 1000)) for s in scheduled],
+        "sent_time": [
+            None if x else _ts(EPOCH_US + int((s + lag_ns) // 1000))
+            for x, s in zip(shed, scheduled, strict=True)
+        ],
         "recorded_prompt_tokens": a["prompt_tokens"].tolist(),
         "recorded_completion_tokens": a["completion_tokens"].tolist(),
         "requested_completion_tokens": a["completion_tokens"].tolist(),
+        "error_detail": [details.get(i) if f else None for i, f in enumerate(failed)],
     }
     table = pa.table(columns, schema=RESULT_SCHEMA)
     run_dir.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, run_dir / RESULTS_FILE)
     run_json = {
+        "run_format_version": RUN_FORMAT_VERSION,
         "speed": speed,
         "target": "http://127.0.0.1:1/synthetic",
         "engine": "synthetic",
+        "stop_reason": stop_reason,
+        "counts": {"planned": n + not_sent, "sent": int((~shed).sum()), "not_sent": not_sent},
         **(config or {}),
     }
     (run_dir / RUN_FILE).write_text(json.dumps(run_json))
@@ -183,6 +199,7 @@ def write_trace_file(path: Path, shape: Shape, ttft_ns: np.ndarray, tpot_ns: np.
         "e2e_ns": timing["e2e_ns"].tolist(),
         "chunk_offsets_ns": timing["chunk_offsets_ns"],
         "finish_reason": ["length"] * n,
+        "invalid_fields": [None] * n,
     }
     from llmreplay.trace_format import trace_schema
 

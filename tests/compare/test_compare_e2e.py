@@ -21,7 +21,7 @@ def run_cli(*args: str, timeout_s: float = 90.0) -> subprocess.CompletedProcess:
 
 def replay(trace, target: str, out) -> None:
     # The synthetic trace names models the sim does not serve; a generous lag bound: the box is shared.
-    options = ("--model", "sim-model", "--quiet", "--lag-bound-ms", "1000")
+    options = ("--model", "sim-model", "--quiet", "--max-dispatch-lag", "1s")
     done = run_cli("replay", str(trace), "--target", target, "-o", str(out), *options)
     assert (out / "results.parquet").is_file(), done.stderr[-2000:]
 

@@ -8,8 +8,8 @@ import pytest
 from replayer.compare_stats import (
     IMPROVEMENT,
     INCONCLUSIVE,
+    NO_CHANGE,
     NO_DATA,
-    PASS,
     REGRESSION,
     RateDifference,
     RatioEstimate,
@@ -59,11 +59,11 @@ def test_quantile_ratio_without_values_has_no_ratio():
     ("ratio", "low", "high", "expected"),
     [
         (1.5, 1.3, 1.7, REGRESSION),  # significant and over tolerance
-        (1.05, 1.02, 1.08, PASS),  # significant but within tolerance: CI inside the band
+        (1.05, 1.02, 1.08, NO_CHANGE),  # significant but within tolerance: CI inside the band
         (1.15, 0.95, 1.35, INCONCLUSIVE),  # over tolerance but not significant
         (1.08, 1.01, 1.15, INCONCLUSIVE),  # significant, CI crosses the tolerance bound
         (0.7, 0.6, 0.8, IMPROVEMENT),
-        (1.0, 0.97, 1.03, PASS),
+        (1.0, 0.97, 1.03, NO_CHANGE),
     ],
 )
 def test_latency_verdict_rule(ratio, low, high, expected):
@@ -74,7 +74,7 @@ def test_error_rate_difference_and_verdict():
     rng = make_rng()
     same = proportion_difference(0, 1000, 0, 1000, rng)
     assert (same.difference, same.ci_low, same.ci_high) == (0.0, 0.0, 0.0)
-    assert rate_verdict(same, 0.01) == PASS
+    assert rate_verdict(same, 0.01) == NO_CHANGE
     worse = proportion_difference(5, 1000, 150, 1000, rng)
     assert worse.difference == pytest.approx(0.145)
     assert rate_verdict(worse, 0.01) == REGRESSION

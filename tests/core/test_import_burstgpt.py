@@ -34,8 +34,9 @@ def test_burstgpt_round_trip_keeps_timestamps_lengths_and_sessions(tmp_path, nam
     kept = [r for r in source_rows(SHARED / name) if r["Response tokens"] != "0"]
     assert run("export", "mooncake", str(trace), "-o", str(out)).exit_code == 0
     exported = [json.loads(line) for line in out.read_text().splitlines()]
+    origin_ms = round(float(kept[0]["Timestamp"]) * 1000)  # the export counts from the first request
     assert [(e["timestamp"], e["input_length"], e["output_length"], e["hash_ids"]) for e in exported] == [
-        (round(float(r["Timestamp"]) * 1000), int(r["Request tokens"]), int(r["Response tokens"]), [])
+        (round(float(r["Timestamp"]) * 1000) - origin_ms, int(r["Request tokens"]), int(r["Response tokens"]), [])
         for r in kept
     ]
     assert [e.get("session_id") for e in exported] == [r.get("Session ID") or None for r in kept]

@@ -167,7 +167,7 @@ def test_poison_values_are_nulled_named_and_forwarding_goes_on(processes, start_
         assert "recorder" in run_cli("inspect", str(path))
     run_cli("inspect", "--json", str(out))
     run_cli("replay", str(out), "--target", target, "-o", str(tmp_path / "run"), "--limit", "25",
-            "--duration", "5", "--grace", "5", "--tokenizer", TOKENIZER, "--lag-bound-ms", "100000",
+            "--duration", "5", "--grace", "5", "--tokenizer", TOKENIZER, "--max-dispatch-lag", "100s", "--max-error-rate", "100%",
             "--quiet")  # fmt: skip
     assert (tmp_path / "run" / "results.parquet").exists()
 

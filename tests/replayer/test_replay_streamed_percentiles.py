@@ -65,6 +65,4 @@ def test_summary_of_a_results_file_equals_the_summary_of_its_table(tmp_path, mon
         )  # fmt: skip
     table = pa.Table.from_pylist(rows, schema=RESULT_SCHEMA)
     pq.write_table(table, tmp_path / "results.parquet", row_group_size=11)
-    assert summary.summarize_file(tmp_path / "results.parquet", 5_000_000) == summary.summarize(
-        table, 5_000_000
-    )
+    assert summary.summarize_file(tmp_path / "results.parquet") == summary.summarize(table)

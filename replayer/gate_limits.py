@@ -1,0 +1,25 @@
+"""The gate's limits and their defaults, defined once: `replay`, `report` and `compare` all read them here.
+
+Light on purpose (no numpy, no pyarrow): replayer.config imports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_ERROR_RATE = 0.01  # engine errors / requests counted, above it a run fails the gate
+ERROR_RATE_TOLERANCE = 0.01  # candidate - baseline error share that a significant increase must exceed
+DEFAULT_MAX_DISPATCH_LAG_NS = 5_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class FidelityLimits:
+    """What a replay must achieve for its latencies to mean anything."""
+
+    max_unsent_share: float = 0.01  # shed by --max-inflight, or never sent (interrupted)
+    max_dispatch_lag_p99_ns: int = DEFAULT_MAX_DISPATCH_LAG_NS  # `--max-dispatch-lag`
+    max_arrival_error_p99_ms: float = 100.0
+    max_output_token_error_p90: float = 0.05  # relative, per request
+    max_input_token_error_p90: float = 0.10
+    max_mix_difference: float = 0.02  # stream and tool shares, absolute
+    max_cached_share_difference: float = 0.20  # warn only: the cache belongs to the engine
