@@ -47,7 +47,7 @@ class DeadLetters:
             name = "".join(c if c.isalnum() or c in "-_." else "_" for c in request_id)[:120] or "unnamed"
             _write_private(self.dir / f"{name}{suffix}", data)
             line = {"request_id": request_id, "file": f"{name}{suffix}", "reason": reason, "at": time.time()}
-            _append_private(self.dir / REASONS, orjson.dumps(line) + b"\n")
+            _write_private(self.dir / REASONS, orjson.dumps(line) + b"\n", append=True)
         except OSError as exc:  # a full disk must not turn one bad request into a dead converter
             log.error("request %s: dead letter not written (%s)", request_id, exc.strerror or exc)
 
@@ -68,16 +68,9 @@ def rejected_ids(spool_dir: Path) -> set[str]:
     return found
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-
-
-def _append_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+def _write_private(path: Path, data: bytes, append: bool = False) -> None:
+    mode = os.O_APPEND if append else os.O_TRUNC
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | mode, 0o600)
     try:
         os.write(fd, data)
     finally:

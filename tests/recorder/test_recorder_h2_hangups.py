@@ -29,6 +29,7 @@ from hyperframe.frame import RstStreamFrame
 from mitmproxy.proxy.layers.http._http2 import Http2Server
 from mitmproxy.proxy.layers.http._http_h2 import BufferedH2Connection
 from test_recorder_e2e import API_KEY, start_recorder, stop
+from test_recorder_http2 import request
 
 from llmreplay.trace_io import read_trace
 from recorder import h2_streams
@@ -42,18 +43,6 @@ HEADERS = {"Authorization": f"Bearer {API_KEY}"}
 FAST_SIM = ("--decode-base-ms", "2", "--decode-per-seq-ms", "0")  # a token every 2 ms per stream
 URL_PATH = "/v1/chat/completions"
 DEADLINE_S = 20  # every client loop below gives up after this
-
-
-def request(user: str, max_tokens: int) -> dict:
-    return {
-        "model": "sim-model",
-        "messages": [{"role": "user", "content": "Tell me about the sea, over HTTP/2."}],
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "max_tokens": max_tokens,
-        "ignore_eos": True,  # the sim then answers exactly max_tokens tokens
-        "user": user,
-    }
 
 
 def content_events(body: bytes) -> int:
