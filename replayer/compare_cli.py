@@ -104,8 +104,9 @@ def _config(
 ):
     import dataclasses
 
+    from llmreplay.durations import parse_duration_ns
     from replayer.compare import CompareConfig
-    from replayer.compare_slo import parse_duration_ns, parse_slo
+    from replayer.compare_slo import parse_slo
 
     changes: dict = {
         "slos": tuple(parse_slo(text) for text in slos),
@@ -119,7 +120,9 @@ def _config(
             error_rate_tolerance, "--error-rate-tolerance"
         )
     if offset_ttft is not None:
-        changes["offset_ttft_ns"] = parse_duration_ns(offset_ttft, "--offset-ttft", allow_negative=True)
+        changes["offset_ttft_ns"] = parse_duration_ns(
+            offset_ttft, "--offset-ttft", allow_negative=True, allow_zero=True, bare_unit=None
+        )
     if max_dispatch_lag is not None:
         changes["limits"] = dataclasses.replace(
             CompareConfig().limits, max_dispatch_lag_p99_ns=gate_options.dispatch_lag_ns(max_dispatch_lag)

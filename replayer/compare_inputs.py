@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from llmreplay.durations import format_duration
 from llmreplay.errors import BadInput
 from llmreplay.run_format import RESULTS_FILE, RUN_FILE, check_run_format_version, conform_results
 
@@ -132,13 +133,20 @@ def _load_trace(root: Path, label: str) -> Side:
 
 
 def shift_latencies(side: Side, offset_ns: int) -> Side:
-    """Subtract a measured network difference from TTFT, TTFB and E2E (clamped at zero)."""
+    """Subtract a measured network difference from TTFT, TTFB and E2E; BadInput when that would make
+    any of them negative (the offset is then larger than the difference it stands for)."""
     if offset_ns == 0:
         return side
     table = side.table
     for name in ("ttft_ns", "ttfb_ns", "e2e_ns"):
         if name in table.column_names:
-            shifted = pc.max_element_wise(pc.subtract(table.column(name), offset_ns), 0, skip_nulls=False)
+            smallest = pc.min(table.column(name)).as_py()
+            if smallest is not None and smallest - offset_ns < 0:
+                raise BadInput(
+                    f"--offset-ttft {format_duration(offset_ns)}: larger than the {side.label}'s smallest {name[:-3]}"
+                    f" ({smallest / 1e6:.3f} ms); it would make latencies negative"
+                )
+            shifted = pc.subtract(table.column(name), offset_ns)
             table = table.set_column(table.schema.get_field_index(name), name, pc.cast(shifted, pa.int64()))
     return Side(side.label, side.path, side.kind, table, side.config, side.clock_domain)
 

@@ -10,11 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llmreplay.durations import parse_duration_ns
 from llmreplay.errors import BadInput
 from llmreplay.metrics import LATENCY_METRICS
 
-_UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
-_DURATION = re.compile(r"^\s*([+-]?\d+(?:\.\d+)?)\s*(ns|us|ms|s)\s*$")
 _SLO = re.compile(r"^\s*([a-z][a-z0-9]*)_p(\d+(?:\.\d+)?)\s*<=\s*(.+)$")
 # ITL is a per-gap metric: it gates the percentile verdict, but a request has no single ITL value.
 GOODPUT_METRICS = ("ttft", "tpot", "e2e")
@@ -32,17 +31,6 @@ class Slo:
     text: str  # as the user wrote it, for reports
 
 
-def parse_duration_ns(text: str, where: str, allow_negative: bool = False) -> int:
-    """'500ms', '20s', '1.5us' -> integer ns. A unit is required: a bare number is ambiguous."""
-    match = _DURATION.match(text)
-    if not match:
-        raise BadInput(f"{where}: {text!r} is not a duration (expected a number and a unit: ns, us, ms or s)")
-    value_ns = round(float(match.group(1)) * _UNIT_NS[match.group(2)])
-    if value_ns < 0 and not allow_negative:
-        raise BadInput(f"{where}: {text!r} must not be negative")
-    return value_ns
-
-
 def parse_slo(text: str) -> Slo:
     match = _SLO.match(text)
     example = "expected METRIC_pPCT<=DURATION, for example ttft_p95<=500ms"
@@ -53,7 +41,7 @@ def parse_slo(text: str) -> Slo:
         raise BadInput(f"--slo {text!r}: unknown metric {metric!r} (one of {', '.join(LATENCY_METRICS)})")
     if not 0 < percentile < 100:
         raise BadInput(f"--slo {text!r}: percentile must be between 0 and 100")
-    threshold_ns = parse_duration_ns(match.group(3), f"--slo {text!r}")
+    threshold_ns = parse_duration_ns(match.group(3), f"--slo {text!r}", bare_unit=None)
     return Slo(metric, percentile, threshold_ns, text.strip())
 
 

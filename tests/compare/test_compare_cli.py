@@ -227,6 +227,7 @@ def test_results_file_that_is_not_ours(runs, tmp_path):
         (["--tolerance", "abc"], "--tolerance"),
         (["--tolerance", "150%"], "--tolerance"),
         (["--offset-ttft", "3"], "--offset-ttft"),
+        (["--offset-ttft", "1h"], "would make latencies negative"),
         (["--max-error-rate", "abc"], "--max-error-rate"),
         (["--max-error-rate", "150%"], "--max-error-rate"),
         (["--max-dispatch-lag", "5"], "--max-dispatch-lag"),  # a unit is required: 5 what?
