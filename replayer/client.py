@@ -174,6 +174,7 @@ class Exchange:
         "_length_known",
         "_pending",
         "_read_ns",
+        "_interim",
     )
 
     def __init__(self, outcome: Outcome, stream: bool, cancel_after_chunks: int | None, clock: ReadClock):
@@ -196,6 +197,7 @@ class Exchange:
         self._length_known = False
         self._pending: list | None = None  # [read_ns, bytes, read_ns, bytes, ...] not parsed yet
         self._read_ns = 0  # timestamp of the read being parsed
+        self._interim = False  # the head being parsed is a 1xx: the answer follows it
 
     def send(self, pool: ConnectionPool, conn: Connection, request: bytes) -> None:
         """Write the request: the moment of the write is the send time (dispatch lag is measured to it).
@@ -299,6 +301,10 @@ class Exchange:
     def on_headers_complete(self) -> None:
         outcome = self.outcome
         status = self._parser.get_status_code()
+        if 100 <= status < 200 and status != 101:  # 100 Continue, 103 Early Hints: the answer follows
+            self._interim = True
+            self._content_type, self._retry_after, self._length_known = "", None, False
+            return
         outcome.ttfb_ns = self._read_ns - outcome.sent_ns
         outcome.http_status = status
         kind = status_kind(status)
@@ -332,6 +338,9 @@ class Exchange:
                 self._end(False, self._read_ns)  # enough of an error page; do not read megabytes of it
 
     def on_message_complete(self) -> None:
+        if self._interim:  # the end of a 1xx head: the parser goes on to the answer
+            self._interim = False
+            return
         if self._state != _DONE:
             self._end(self._parser.should_keep_alive(), self._read_ns)
 

@@ -216,3 +216,24 @@ def test_reads_keep_their_own_stamps_and_count_when_stopped_before_they_were_par
     assert list(out.chunk_offsets_ns) == [first_ns - out.sent_ns, late_ns - out.sent_ns]
     assert out.ttfb_ns == head_ns - out.sent_ns and out.ttft_ns == first_ns - out.sent_ns
     assert late_ns - first_ns >= 15_000_000  # each read kept its own time, 20 ms apart
+
+
+@pytest.mark.parametrize("pieces", [1, 9])
+def test_interim_1xx_answers_are_skipped_and_the_final_answer_read(pieces):
+    """100 Continue and 103 Early Hints come before the real answer; clients must accept them (RFC 9110 15.2)."""
+    interim = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>; rel=preload\r\n\r\n"
+    upgrade = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+
+    async def main():
+        server, served = await serve([interim + SSE_HEAD + chunked([STREAM]), upgrade], pieces, {1})
+        port = server.sockets[0].getsockname()[1]
+        pool = ConnectionPool(parse_endpoint(f"http://127.0.0.1:{port}"), 5.0, 0)
+        outcomes = [await exchange(pool), await exchange(pool)]
+        pool.close()
+        server.close()
+        return outcomes
+
+    answered, switched = asyncio.run(main())
+    assert answered.error_kind is None and answered.http_status == 200, answered.error_detail
+    assert len(answered.chunk_offsets_ns) == 3 and answered.finish_reason == "stop"
+    assert switched.error_kind == "invalid_response" and switched.http_status == 101  # not asked for
