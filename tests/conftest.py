@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 from live_processes import ProcessPool, free_port, llmreplay_cmd
+
+# A suite started in the background by a non-interactive shell (CI scripts, nohup) inherits SIGINT
+# ignored, and so would every process it starts: the Ctrl-C tests could not reach them. A handled
+# signal is reset to the default at exec, so the children get Python's usual KeyboardInterrupt.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
