@@ -176,7 +176,8 @@ class SampleWriter:
                 self.fake.paragraph(nb_sentences=rng.randint(3, 9)) for _ in range(rng.randint(1, 4))
             )
         message_shapes, token_ids = self._shape(session.messages)
-        prompt_tokens = len(token_ids)
+        tool_tokens = self.tokenizer.count(json.dumps(tools)) if tools else 0
+        prompt_tokens = len(token_ids) + tool_tokens  # as the recorder counts it: messages and tool definitions
         max_tokens = rng.choice([None, 256, 1024])
         completion_text = response_text if response_text is not None else json.dumps(tool_calls)
         completion_tokens = self.tokenizer.count(completion_text)
@@ -212,7 +213,7 @@ class SampleWriter:
             stop_present=rng.random() < 0.15,
             seed=rng.choice([None, None, 42]),
             tools_count=len(tools) if tools else 0,
-            tool_definition_tokens=self.tokenizer.count(json.dumps(tools)) if tools else 0,
+            tool_definition_tokens=tool_tokens,
             tool_choice="auto" if tools else None,
             tool_calls_count=0 if rate_limited or not tool_calls else len(tool_calls),
             structured_output="json_schema" if app == "extract" else "none",

@@ -101,7 +101,7 @@ def test_content_sample_counts_and_hashes_match_its_content(content_sample):
         assert [(m.role, m.tokens) for m in record.messages] == [
             (m["role"], len(i)) for m, i in zip(messages, ids, strict=True)
         ]
-        assert record.prompt_tokens == sum(len(i) for i in ids)
+        assert record.prompt_tokens == sum(len(i) for i in ids) + record.tool_definition_tokens
         flat = [t for i in ids for t in i]
         assert list(record.prefix_block_hashes) == script.prefix_block_hashes(
             flat, 512, script.SAMPLE_HASH_KEY
