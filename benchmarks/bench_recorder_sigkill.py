@@ -230,9 +230,9 @@ def wait_gone(processes: list, since: float, timeout_s: float) -> float | None:
 
 # -- the clients ---------------------------------------------------------------------------------------
 def _watching_transport(ends: dict[str, tuple[float, bool]]):
-    """An httpx transport noting when each response body has been read to its end (and whether it
-    ended with `data: [DONE]`): the SDK's own drain after [DONE] swallows errors, so a body cut
-    after [DONE] would otherwise look complete."""
+    """An httpx transport noting when each response body was complete for its client: at `data: [DONE]`
+    for a stream (the SDK stops there; its drain of the chunked end swallows errors and gives up after
+    100 ms), at the end of the body otherwise, and whether a stream's body held [DONE] at all."""
     import httpx2
 
     class Watched(httpx2.AsyncByteStream):
@@ -242,8 +242,11 @@ def _watching_transport(ends: dict[str, tuple[float, bool]]):
         async def __aiter__(self):  # iterated twice for a stream: by the SDK up to [DONE], then its drain
             async for part in self._inner:
                 self._tail = (self._tail + part)[-64:]
+                if self._name not in ends and self._tail.rstrip().endswith(b"data: [DONE]"):
+                    # the SDK is done here: its drain of the chunked end gives up after 100 ms
+                    ends[self._name] = (time.monotonic(), True)
                 yield part
-            ends[self._name] = (time.monotonic(), self._tail.rstrip().endswith(b"data: [DONE]"))
+            ends.setdefault(self._name, (time.monotonic(), self._tail.rstrip().endswith(b"data: [DONE]")))
 
         async def aclose(self) -> None:
             await self._inner.aclose()

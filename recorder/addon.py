@@ -173,10 +173,7 @@ class Recorder:
         for cap in self.live.values():
             cap.outcome = "shutdown"
             cap.end_ns = cap.end_ns or time.perf_counter_ns()
-            if cap.pending:  # journaled at its response hook; its end never reached the client
-                self.journal.amend(cap)
-            else:
-                self.journal.submit(cap)
+            self._finish(cap)  # a pending one: journaled at its [DONE] or response hook, amended
         self.live.clear()
         ended = self.journal.close()  # the end-of-run marker the converter waits for
         filed = ended and self.converter.stop(CONVERTER_STOP_TIMEOUT_S)
@@ -296,15 +293,29 @@ class Recorder:
         cap.retry_after = found.get(b"retry-after")
         response.stream = cap.tap
         length = _content_length(found, response.status_code)
-        if length is None or flow.client_conn.alpn == b"h2":
-            return  # chunked (filed before its terminator goes out) or HTTP/2 (settled by h2_streams)
+        if flow.client_conn.alpn == b"h2":
+            return  # HTTP/2: settled by h2_streams once its end is delivered
         flow_id = flow.id
         if length == 0:  # the head is the last byte the client gets: file before it goes out
             cap.end_ns = cap.headers_ns
             self._file_early(cap, flow_id)
-        else:
+        elif length is not None:
             cap.remaining = length
             cap.on_last_byte = lambda c: self._file_early(c, flow_id)
+        elif cap.content_type.startswith("text/event-stream") and cap.content_encoding is None:
+            cap.watch_done = True
+            cap.on_last_byte = self._journal_at_done
+
+    def _journal_at_done(self, cap: Capture) -> None:
+        """A stream's [DONE] is in the read being forwarded: journal it as the success it most likely is."""
+        cap.outcome, cap.end_ns = "response", cap.last_read_ns  # the chunked end, if it comes, amends both
+        self._journal_pending(cap)
+
+    def _journal_pending(self, cap: Capture) -> None:
+        """Journal a stream at its [DONE], before the client has it; its flow's end amends the row."""
+        if not cap.pending:
+            cap.pending = True
+            cap.pending = self.journal.submit(cap)
 
     def _file_early(self, cap: Capture, flow_id: str) -> None:
         """File a Content-Length response from the tap of its last body bytes, before they are forwarded
@@ -324,11 +335,17 @@ class Recorder:
         cap.end_ns = cap.end_ns or time.perf_counter_ns()
         cap.outcome = "response"
         if self.h2_streams.hold(flow, cap, self._settle):  # HTTP/2: a reset may still follow
-            cap.pending = True  # journaled now, before the client has the end; settled by an AMEND frame
-            cap.pending = self.journal.submit(cap)
+            self._journal_pending(cap)  # journaled now, before the client has the end; settled by AMEND
             return
         del self.live[flow.id]
-        self.journal.submit(cap)
+        self._finish(cap)
+
+    def _finish(self, cap: Capture) -> None:
+        """Journal a finished capture, or amend it when it was journaled pending (at its [DONE])."""
+        if cap.pending:
+            self.journal.amend(cap)
+        else:
+            self.journal.submit(cap)
 
     def _settle(self, flow_id: str) -> None:
         """An HTTP/2 stream's outcome is final (its end delivered, or the client hung up): amend its row."""
@@ -344,7 +361,7 @@ class Recorder:
         cap.error_msg = _error_message(flow)
         cap.server_connected = flow.server_conn.timestamp_tcp_setup is not None
         self.h2_streams.errored(flow, cap)  # an HTTP/2 hang-up: named, and cut to what was delivered
-        self.journal.submit(cap)
+        self._finish(cap)
 
     def _api_key_hash(self, api_key: str) -> str:
         """Keyed hashes of the few keys a gateway sees, remembered: hashing each request costs µs on the loop."""

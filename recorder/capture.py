@@ -41,6 +41,7 @@ class Capture:
         "outcome",
         "pending",
         "remaining",
+        "watch_done",
         "on_last_byte",
     )
 
@@ -72,6 +73,7 @@ class Capture:
         self.outcome = "live"  # live -> response | error | shutdown
         self.pending = False  # journaled before its outcome is final: an AMEND frame settles it (HTTP/2)
         self.remaining = -1  # body bytes still to come when the response has a Content-Length, else -1
+        self.watch_done = False  # an SSE stream: a read holding `[DONE]` ends it for the client
         self.on_last_byte = None  # called from tap with the last body byte, before it is forwarded
 
     def tap(self, data: bytes) -> bytes:
@@ -94,6 +96,11 @@ class Capture:
                     if self.remaining <= 0:  # the client gets these bytes after we return: file it first
                         self.end_ns = now
                         self.on_last_byte(self)
+                elif self.watch_done and data.find(b"[DONE]") >= 0:
+                    # SDKs hang up at [DONE], before the chunked end: journal it first (pending, the
+                    # end of the body amends it); a marker split across two reads waits for the end
+                    self.watch_done = False
+                    self.on_last_byte(self)
             else:
                 self.end_ns = now
         except Exception:  # noqa: BLE001 - the bytes must reach the client whatever happens here

@@ -224,7 +224,9 @@ class Converter:
         try:
             before = (cap.outcome, cap.captured_bytes)
             apply_amend(cap, meta)
-            if (cap.outcome, cap.captured_bytes) == before:
+            if (cap.outcome, cap.captured_bytes) == before:  # the usual case: only the end moved
+                if row["e2e_ns"] is not None and cap.last_byte_ns:
+                    row["e2e_ns"] = cap.last_byte_ns - cap.arrival_ns
                 return row
             link = SessionLink(row["session_id"], row["turn_index"], row["parent_request_id"], row["think_time_ns"])
             return self._build_row(cap, builder, link if row["session_id"] else None)
