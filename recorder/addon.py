@@ -188,7 +188,7 @@ class Recorder:
             "journaled": journal.captures_written if journal else 0,
             "dropped": journal.dropped if journal else 0,
             "live": len(self.live),
-            "journal_backlog_bytes": journal.backlog_bytes if journal else 0,
+            "journal_backlog_bytes": journal.disk_bytes if journal else 0,
             "passed_through": self.passed_through,
             "converter_restarts": self.converter.restarts if self.converter else 0,
         }
@@ -312,7 +312,8 @@ class Recorder:
         self._journal_pending(cap)
 
     def _journal_pending(self, cap: Capture) -> None:
-        """Journal a stream at its [DONE], before the client has it; its flow's end amends the row."""
+        """Journal a capture whose outcome may still change (at its [DONE], or an HTTP/2 stream whose end
+        is not delivered yet); `_finish` or `_settle` amends it."""
         if not cap.pending:
             cap.pending = True
             cap.pending = self.journal.submit(cap)

@@ -117,10 +117,6 @@ class Journal:
         if self._fd is not None and self._segment_bytes and time.monotonic() - self._segment_started >= SEGMENT_S:
             self._rotate()
 
-    @property
-    def backlog_bytes(self) -> int:
-        return self.disk_bytes
-
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         self.spool_dir.mkdir(parents=True, exist_ok=True)
