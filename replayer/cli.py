@@ -12,7 +12,7 @@ import click
 
 from llmreplay.durations import parse_duration_ns
 from llmreplay.errors import BadInput
-from replayer import gate_options
+from replayer.compare import gate_options
 from replayer.config import ENGINES
 
 DURATION = "DURATION"  # metavar of every duration flag: 600s, 10m, 24h; a bare number is seconds
@@ -45,7 +45,7 @@ def _limits(max_dispatch_lag_ns: int | None):
     """The run's fidelity limits with --max-dispatch-lag applied (None: the defaults)."""
     if max_dispatch_lag_ns is None:
         return None
-    from replayer.gate_limits import FidelityLimits
+    from replayer.compare.gate_limits import FidelityLimits
 
     return FidelityLimits(max_dispatch_lag_p99_ns=max_dispatch_lag_ns)
 
@@ -211,7 +211,7 @@ def _run(config, as_json: bool) -> None:
     from rich.console import Console
 
     from replayer.coordinator import run_replay
-    from replayer.summary import print_summary, print_verdict
+    from replayer.results.summary import print_summary, print_verdict
 
     console = Console(stderr=True)
     outcome = run_replay(config, console)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from replayer.gate_limits import MAX_ERROR_RATE, FidelityLimits
+from replayer.compare.gate_limits import MAX_ERROR_RATE, FidelityLimits
 
 ENGINES = ("detect", "vllm", "sglang", "trtllm", "openai")
 NS_PER_S = 1_000_000_000
@@ -50,7 +50,7 @@ class ReplayConfig:
     server_metrics_interval_ns: int = 1 * NS_PER_S
     early_wake_ns: int = 1_000_000  # wake this early from the timer, then spin to the deadline
     warm_connections: int = 32  # keep-alive connections per worker, opened before the clock starts
-    # the run's own gate, as `report` judges it (replayer.gate_limits)
+    # the run's own gate, as `report` judges it (replayer.compare.gate_limits)
     limits: FidelityLimits = field(default_factory=FidelityLimits)
     max_error_rate: float = MAX_ERROR_RATE  # failed requests above this share of those sent: exit 1
     start_delay_ns: int = 500_000_000  # between "all workers ready" and offset 0 (connection warm-up)

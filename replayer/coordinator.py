@@ -23,21 +23,21 @@ from llmreplay import __version__
 from llmreplay.errors import BadInput
 from llmreplay.run_format import RESULTS_FILE, RUN_FILE, RUN_FORMAT_VERSION, SERVER_METRICS_FILE
 from replayer.config import ReplayConfig
-from replayer.http_pool import parse_endpoint
-from replayer.plan_arrays import int64_array
-from replayer.plan_bounds import check_prompt_sizes, check_span, within_duration
-from replayer.prepare import BuildJob, Prepared, Shard, prepare_bodies
-from replayer.process_memory import peak_rss_mb
-from replayer.request_builder import ENDPOINT_PATHS, BuildOptions
-from replayer.result_spool import partial_path
-from replayer.results import WorkerPart, merge_worker_results, write_json_atomic
-from replayer.runner import USER_AGENT, LoopSettings
-from replayer.schedule import build_schedule, schedule_input
-from replayer.sessions import link_sessions, session_codes, shard_by_session
-from replayer.summary import summarize_file
+from replayer.loop.http_pool import parse_endpoint
+from replayer.loop.process_memory import peak_rss_mb
+from replayer.loop.result_spool import partial_path
+from replayer.loop.runner import USER_AGENT, LoopSettings
+from replayer.loop.worker import STAT_SLOTS, WorkerJob, worker_main
+from replayer.plan.arrays import int64_array
+from replayer.plan.bounds import check_prompt_sizes, check_span, within_duration
+from replayer.plan.prepare import BuildJob, Prepared, Shard, prepare_bodies
+from replayer.plan.request_builder import ENDPOINT_PATHS, BuildOptions
+from replayer.plan.schedule import build_schedule, schedule_input
+from replayer.plan.sessions import link_sessions, session_codes, shard_by_session
+from replayer.plan.trace_rows import TraceRows, read_trace_rows
+from replayer.results.merge import WorkerPart, merge_worker_results, write_json_atomic
+from replayer.results.summary import summarize_file
 from replayer.target import normalise_base_url, probe_metrics, probe_target
-from replayer.trace_rows import TraceRows, read_trace_rows
-from replayer.worker import STAT_SLOTS, WorkerJob, worker_main
 
 PARTS_DIR = ".parts"
 EXIT_GRACE_S = 10.0  # beyond the configured grace, before a stuck worker is killed
@@ -47,7 +47,7 @@ EXIT_GRACE_S = 10.0  # beyond the configured grace, before a stuck worker is kil
 class RunOutcome:
     run_dir: Path
     summary: dict
-    exit_code: int  # 0 ok, 1 the run's verdict failed (replayer.summary: unfaithful, interrupted, errors)
+    exit_code: int  # 0 ok, 1 the run's verdict failed (replayer.results.summary: unfaithful, interrupted, errors)
 
 
 def _check_models_served(
@@ -290,7 +290,7 @@ def _run_workers(config: ReplayConfig, jobs: list[WorkerJob], prepare, console) 
     """Start the workers (their imports overlap with `prepare`, which writes their bodies), then
     load, start together, watch, collect.
 
-    Workers die with this process (replayer.parent_watch): each gets the read end of a liveness
+    Workers die with this process (replayer.loop.parent_watch): each gets the read end of a liveness
     pipe whose write end only we hold (in `alive`, never written, closed once they are gone), and
     on Linux a parent-death signal, which fires when the thread that started the worker ends: this
     one, which stays here until every worker has exited."""
@@ -340,7 +340,7 @@ def _run_workers(config: ReplayConfig, jobs: list[WorkerJob], prepare, console) 
         start_ns = time.perf_counter_ns() + config.start_delay_ns
         start_unix_ns = time.time_ns() + config.start_delay_ns
         if config.server_metrics_url:
-            from replayer.server_metrics import MetricsScraper
+            from replayer.results.server_metrics import MetricsScraper
 
             scraper = MetricsScraper(
                 config.server_metrics_url, config.server_metrics_interval_ns, start_ns, config.api_key
@@ -391,7 +391,7 @@ def _watch(procs, stats, jobs, config, console, start_ns, interrupted) -> None:
 
     total = sum(len(j.plans) for j in jobs)
     progress = None if config.quiet or console is None else Progress(console, total, jobs)
-    # The workers end the run themselves by duration + grace (replayer.runner); one that has not
+    # The workers end the run themselves by duration + grace (replayer.loop.runner); one that has not
     # exited EXIT_GRACE_S after its bound (of the duration, or of an interrupt) is killed.
     margin_ns = config.grace_ns + round(EXIT_GRACE_S * 1e9)
     kill_at_ns = None if config.duration_ns is None else start_ns + config.duration_ns + margin_ns

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from replayer.worker import STAT_SLOTS
+from replayer.loop.worker import STAT_SLOTS
 
 _INDEX = {name: i for i, name in enumerate(STAT_SLOTS)}
 

@@ -133,7 +133,7 @@ def probe_metrics(url: str, api_key: str | None, timeout_s: float = 5.0) -> None
         _, body = _fetch(request, timeout_s)
     except ProbeFailed as exc:
         raise BadInput(f"--server-metrics {url}: {exc}") from None
-    from replayer.server_metrics import parse_prometheus
+    from replayer.results.server_metrics import parse_prometheus
 
     if not parse_prometheus(body.decode("utf-8", "replace")):
         raise BadInput(

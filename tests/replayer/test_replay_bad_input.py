@@ -14,9 +14,9 @@ from bad_input import assert_refused
 from replay_helpers import content_record, replay_cmd, results, run_info, write_content_trace
 
 from replayer.config import ScheduleConfig
-from replayer.plan_bounds import within_duration
-from replayer.schedule import build_schedule, schedule_input
-from replayer.trace_rows import read_trace_rows
+from replayer.plan.bounds import within_duration
+from replayer.plan.schedule import build_schedule, schedule_input
+from replayer.plan.trace_rows import read_trace_rows
 
 MODELS = b'{"object": "list", "data": [{"id": "sim-model", "owned_by": "vllm"}]}'
 ANSWERS = {

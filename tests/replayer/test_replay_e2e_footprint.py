@@ -12,16 +12,16 @@ from replay_helpers import T0_US, results, run_info, run_replay
 
 from llmreplay.trace_format import TraceMeta, TraceRecord
 from llmreplay.trace_io import write_trace
-from replayer.client import Outcome
 from replayer.config import ScheduleConfig
-from replayer.prepare import BuildJob, Shard, write_requests
-from replayer.request_builder import BuildOptions
-from replayer.result_spool import ResultSpool
-from replayer.results import WorkerPart, merge_worker_results
-from replayer.runner import Sent
-from replayer.schedule import build_schedule, schedule_input
-from replayer.sessions import link_sessions, session_codes
-from replayer.trace_rows import read_trace_rows
+from replayer.loop.client import Outcome
+from replayer.loop.result_spool import ResultSpool
+from replayer.loop.runner import Sent
+from replayer.plan.prepare import BuildJob, Shard, write_requests
+from replayer.plan.request_builder import BuildOptions
+from replayer.plan.schedule import build_schedule, schedule_input
+from replayer.plan.sessions import link_sessions, session_codes
+from replayer.plan.trace_rows import read_trace_rows
+from replayer.results.merge import WorkerPart, merge_worker_results
 
 BLOCK = 16
 HEAVY_MODULES = {"pyarrow", "numpy", "aiohttp"}

@@ -18,7 +18,7 @@ import psutil
 import pytest
 from replay_helpers import ROOT, content_record, replay_cmd, run_replay, write_content_trace
 
-from replayer.parent_watch import PDEATHSIG_ENV
+from replayer.loop.parent_watch import PDEATHSIG_ENV
 
 LATE_NS = 1_000_000_000  # nothing may reach the target later than this after the kill
 GONE_S = 2.0  # every worker process is gone within this after the kill

@@ -1,0 +1,156 @@
+"""Loading one side of a comparison: a replay run directory or a recorded trace, validated at the edge.
+
+Everything downstream (replayer.compare.sides and the reports) receives a `Side` and trusts it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from llmreplay.durations import format_duration
+from llmreplay.errors import BadInput
+from llmreplay.run_format import RESULTS_FILE, RUN_FILE, check_run_format_version, conform_results
+
+TRACE = "trace"
+RUN = "run"
+
+# The trace columns compare reads; the run carries the same names (llmreplay.run_format).
+TRACE_COLUMNS = (
+    "request_id",
+    "arrival_time",
+    "model",
+    "stream",
+    "tools_count",
+    "http_status",
+    "error_kind",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "ttft_ns",
+    "e2e_ns",
+    "chunk_offsets_ns",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One set of measurements: its rows, where it came from and in which clock domain it was timed."""
+
+    label: str  # "baseline" or "candidate"
+    path: Path
+    kind: str  # TRACE or RUN
+    table: pa.Table
+    config: dict[str, Any] = field(default_factory=dict)  # run.json, or the trace's file metadata
+    clock_domain: str = "client"
+
+    @property
+    def join_key(self) -> str:
+        """The column naming the trace request a row stands for (replay copies share it)."""
+        return "source_request_id" if self.kind == RUN else "request_id"
+
+
+def load_side(path: str | Path, label: str) -> Side:
+    """A run directory (results.parquet + run.json), a results.parquet file, or a trace file/directory."""
+    root = Path(path)
+    if not root.exists():
+        raise BadInput(f"{label} {root}: no such file or directory")
+    results = _results_path(root)
+    side = _load_run(results, label) if results else _load_trace(root, label)
+    if side.table.num_rows == 0:
+        raise BadInput(f"{label} {root}: empty {side.kind} (no requests)")
+    return side
+
+
+def _results_path(root: Path) -> Path | None:
+    if root.is_dir() and (root / RESULTS_FILE).is_file():
+        return root / RESULTS_FILE
+    if root.is_file() and root.name == RESULTS_FILE:
+        return root
+    if root.is_dir() and (root / RUN_FILE).is_file():
+        raise BadInput(f"{root}: run directory without {RESULTS_FILE} (did the replay finish?)")
+    return None
+
+
+def _load_run(results: Path, label: str) -> Side:
+    try:
+        table = pq.read_table(results)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise BadInput(f"{label} {results}: not a readable Parquet file ({_first_line(exc)})") from None
+    run_json = _read_run_json(results.parent / RUN_FILE, label)
+    check_run_format_version(run_json.get("run_format_version"), f"{label} {results.parent / RUN_FILE}")
+    table = conform_results(table, f"{label} {results}")
+    _check_unique_originals(table, results, label)
+    return Side(label, results.parent, RUN, table, run_json, "client")
+
+
+def _check_unique_originals(table: pa.Table, results: Path, label: str) -> None:
+    if table.column("source_request_id").null_count:
+        raise BadInput(f"{label} {results}: column 'source_request_id' has missing values")
+    keys = pc.binary_join_element_wise(
+        table.column("source_request_id"), pc.cast(table.column("copy_index"), pa.string()), "#"
+    )
+    if pc.count_distinct(keys).as_py() != table.num_rows:
+        raise BadInput(f"{label} {results}: duplicate (source_request_id, copy_index) rows")
+
+
+def _read_run_json(path: Path, label: str) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, OSError) as exc:
+        raise BadInput(f"{label} {path}: not valid JSON ({_first_line(exc)})") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{label} {path}: expected a JSON object")
+    return data
+
+
+def _load_trace(root: Path, label: str) -> Side:
+    from llmreplay.trace_io import read_trace
+
+    try:
+        trace = read_trace(root, columns=TRACE_COLUMNS)
+    except BadInput as exc:
+        raise BadInput(f"{label} {exc}") from None
+    meta = {
+        "source": trace.meta.source,
+        "tokenizer": trace.meta.tokenizer,
+        "anonymized": trace.meta.anonymized,
+        "clock_domain": trace.meta.clock_domain,
+        "relative_time": trace.meta.relative_time,
+        "format_version": trace.meta.format_version,
+        "creator": f"{trace.meta.creator} {trace.meta.creator_version}".strip(),
+        "files": [str(f) for f in trace.files],
+    }
+    return Side(label, root, TRACE, trace.table, meta, trace.meta.clock_domain or "gateway")
+
+
+def shift_latencies(side: Side, offset_ns: int) -> Side:
+    """Subtract a measured network difference from TTFT, TTFB and E2E; BadInput when that would make
+    any of them negative (the offset is then larger than the difference it stands for)."""
+    if offset_ns == 0:
+        return side
+    table = side.table
+    for name in ("ttft_ns", "ttfb_ns", "e2e_ns"):
+        if name in table.column_names:
+            smallest = pc.min(table.column(name)).as_py()
+            if smallest is not None and smallest - offset_ns < 0:
+                raise BadInput(
+                    f"--offset-ttft {format_duration(offset_ns)}: larger than the {side.label}'s smallest {name[:-3]}"
+                    f" ({smallest / 1e6:.3f} ms); it would make latencies negative"
+                )
+            shifted = pc.subtract(table.column(name), offset_ns)
+            table = table.set_column(table.schema.get_field_index(name), name, pc.cast(shifted, pa.int64()))
+    return Side(side.label, side.path, side.kind, table, side.config, side.clock_domain)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,144 @@
+"""Latency cells: every metric at every percentile on both sides, the ratio, its CI and the verdict.
+
+The sides of a comparison pair up (compare keeps the request ids both contain), so each CI comes
+from the paired bootstrap (replayer.compare.paired): one resample of request pairs serves both
+sides, and a run compared with itself gets ratio 1 with CI [1, 1]. A percentile with fewer than
+MIN_TAIL_SAMPLES values beyond it (p99 of 48 requests is the maximum) is flagged `few_samples`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+import replayer.compare.paired as compare_paired
+import replayer.compare.stats as compare_stats
+from llmreplay.metrics import LATENCY_METRICS, PERCENTILES
+from replayer.compare.requests import Requests
+
+MIN_TAIL_SAMPLES = 10  # values above a percentile it needs: p99 wants 1,000, p50 20
+
+
+@dataclass(frozen=True, slots=True)
+class Samples:
+    """One side's values of every metric for some of its rows: sorted, and by request for pairing."""
+
+    sorted: dict[str, np.ndarray]
+    values: dict[str, np.ndarray]  # finite values, in row order
+    cluster: dict[str, np.ndarray]  # the request number (shared by both sides) of each value
+    itl_requests: int  # requests behind the pooled ITL gaps: their effective sample size
+
+
+@dataclass(frozen=True, slots=True)
+class CellSettings:
+    tolerance: float
+    confidence: float  # per interval (Bonferroni over the comparison's cells)
+    draws: int
+    refused: bool = False  # the sides ran at different load: numbers shown, no verdict
+
+
+def samples(req: Requests, cluster_of_row: np.ndarray, mask: np.ndarray | None = None) -> Samples:
+    """The values of the rows in `mask`; `cluster_of_row`: each row's request number."""
+    mask = np.ones(len(req), dtype=bool) if mask is None else mask
+    values, cluster = {}, {}
+    for name in ("ttft", "tpot", "e2e"):
+        v = req.latency_ns[name]
+        keep = mask & np.isfinite(v)
+        values[name], cluster[name] = v[keep], cluster_of_row[keep]
+    keep = mask[req.itl_owner] & np.isfinite(req.itl_gaps_ns)
+    values["itl"], cluster["itl"] = req.itl_gaps_ns[keep], cluster_of_row[req.itl_owner[keep]]
+    return Samples(
+        sorted={name: np.sort(v) for name, v in values.items()},
+        values=values,
+        cluster=cluster,
+        itl_requests=int((req.success & req.stream & mask).sum()),
+    )
+
+
+def few_samples(count: int, percentile: float) -> bool:
+    return count * (1 - percentile / 100) < MIN_TAIL_SAMPLES
+
+
+def distribution(values_sorted: np.ndarray) -> dict:
+    out: dict = {"count": int(values_sorted.size)}
+    for q in PERCENTILES:
+        value = compare_stats.sorted_quantile(values_sorted, q / 100)
+        out[f"p{q}_ms"] = None if value is None else value / 1e6
+    out["few_samples"] = [
+        f"p{q}" for q in PERCENTILES if values_sorted.size and few_samples(values_sorted.size, q)
+    ]
+    return out
+
+
+def latency_rows(
+    b: Samples | None,
+    c: Samples,
+    clusters: int,
+    settings: CellSettings,
+    rng: np.random.Generator,
+    c_label: str = "candidate",
+    counts: np.ndarray | None = None,
+) -> dict:
+    """Per metric: the candidate's (and baseline's) distribution and, with a baseline, one
+    comparison per percentile. `clusters`: how many requests the sides share; `counts`: a
+    compare_paired.resample_counts matrix reused by every metric (small comparisons)."""
+    rows = {}
+    qs = tuple(q / 100 for q in PERCENTILES)
+    for name in LATENCY_METRICS:
+        row = {c_label: distribution(c.sorted[name])}
+        if b is not None:
+            row["baseline"] = distribution(b.sorted[name])
+            n_eff = (b.itl_requests, c.itl_requests) if name == "itl" else (None, None)
+            draws = compare_paired.paired_ratio_draws(
+                (b.values[name], b.cluster[name]),
+                (c.values[name], c.cluster[name]),
+                clusters,
+                qs,
+                rng,
+                settings.draws,
+                *n_eff,
+                counts=counts,
+                sorted_values=(b.sorted[name], c.sorted[name]),
+            )
+            row["comparison"] = {}
+            for q, level in zip(PERCENTILES, qs, strict=True):
+                estimate = compare_stats.ratio_estimate(
+                    b.sorted[name], c.sorted[name], level, draws[level], settings.confidence
+                )
+                verdict = compare_stats.latency_verdict(estimate, settings.tolerance)
+                if settings.refused and verdict != compare_stats.NO_DATA:
+                    verdict = compare_stats.DIFFERENT_LOAD
+                row["comparison"][f"p{q}"] = {
+                    "ratio": estimate.ratio,
+                    "ci_low": estimate.ci_low,
+                    "ci_high": estimate.ci_high,
+                    "verdict": verdict,
+                    "few_samples": f"p{q}" in row["baseline"]["few_samples"]
+                    or f"p{q}" in row[c_label]["few_samples"],
+                }
+        rows[name] = row
+    return rows
+
+
+def sample_warnings(latency: dict, labels: list[str]) -> list[str]:
+    """One line per set of metrics that some side has too few values for, with the percentiles concerned."""
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for q in PERCENTILES:
+        short = []
+        for name in LATENCY_METRICS:
+            if any(f"p{q}" in latency[name][label]["few_samples"] for label in labels):
+                counts = " / ".join(f"{latency[name][label]['count']:,}" for label in labels)
+                short.append(f"{name} ({counts})")
+        if short:
+            groups.setdefault(tuple(short), []).append(q)
+    lines = []
+    for short, percentiles in groups.items():
+        names = ", ".join(f"p{q}" for q in percentiles)
+        needed = ", ".join(f"{math.ceil(MIN_TAIL_SAMPLES / (1 - q / 100) - 1e-9):,}" for q in percentiles)
+        lines.append(
+            f"too few values for {names} (at least {needed} needed: {MIN_TAIL_SAMPLES} beyond the percentile): "
+            f"{', '.join(short)}; read {'it' if len(percentiles) == 1 else 'them'} as indicative"
+        )
+    return lines

@@ -1,0 +1,382 @@
+"""Comparison of two sides (trace or run) — or the summary of one: a JSON-ready dict with verdicts.
+
+Pure logic over loaded tables (replayer.compare.inputs does the I/O); the reports only render it.
+Latency percentiles carry paired-bootstrap CIs (replayer.compare.latency); the verdict and its
+headline come from replayer.compare.verdict. Exit status: 0 nothing failed, 1 a regression, an SLO
+breach, an error rate over its limit, an unfaithful or interrupted replay, or different loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+import replayer.compare.fidelity as compare_fidelity
+import replayer.compare.load as compare_load
+import replayer.compare.paired as compare_paired
+import replayer.compare.slo as compare_slo
+import replayer.compare.stats as compare_stats
+from llmreplay.errors import BadInput
+from llmreplay.metrics import LATENCY_METRICS, PERCENTILES
+from replayer.compare import run_fidelity
+from replayer.compare.buckets import buckets_section
+from replayer.compare.error_gate import commonest_messages, engine_error_mask, error_counts, error_rate_check
+from replayer.compare.gate_limits import ERROR_RATE_TOLERANCE, MAX_ERROR_RATE, FidelityLimits
+from replayer.compare.inputs import RUN, TRACE, Side, shift_latencies
+from replayer.compare.latency import CellSettings, Samples, latency_rows, sample_warnings, samples
+from replayer.compare.requests import (
+    Requests,
+    build_requests,
+    own_duration_s,
+    same_load,
+    side_load,
+    time_scale,
+)
+from replayer.compare.verdict import verdict
+
+CDF_POINTS = 201
+PAIRED_RATIO_PERCENTILES = (1, 10, 50, 90, 99)
+CLOCK_DOMAIN_NOTES = {
+    "gateway": "timed at the gateway (recorder): from the request's arrival at the gateway",
+    "client": "timed at the replay client: from the actual send on the client's monotonic clock",
+}
+METRIC_DEFINITIONS = {
+    "ttft": "request start -> first chunk carrying content or a tool-call delta (streamed requests only)",
+    "itl": "gap between consecutive content chunks of a streamed request (all gaps pooled)",
+    "tpot": "(E2E - TTFT) / (output tokens - 1), streamed requests with at least 2 output tokens",
+    "e2e": "request start -> last byte of the response",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CompareConfig:
+    """Everything that shapes a comparison; the CLI fills it, defaults live here only."""
+
+    tolerance: float = 0.10  # relative change a latency percentile may move before it counts
+    error_rate_tolerance: float = ERROR_RATE_TOLERANCE  # absolute change of the error share
+    max_error_rate: float = MAX_ERROR_RATE  # the candidate's (or the run's) error share may not exceed it
+    slos: tuple[compare_slo.Slo, ...] = ()
+    offset_ttft_ns: int = 0  # subtracted from the candidate's TTFT and E2E (network difference)
+    limits: FidelityLimits = field(default_factory=FidelityLimits)
+    allow_different_load: bool = False  # judge latency even when the sides ran at different speed/scale
+    fail_on_inconclusive: bool = False  # an inconclusive latency or error-rate verdict fails the gate
+    confidence: float = compare_stats.CONFIDENCE  # family-wise, over the metric x percentile verdicts
+    seed: int = compare_stats.BOOTSTRAP_SEED
+    draws: int = compare_stats.BOOTSTRAP_DRAWS
+
+    @property
+    def interval_confidence(self) -> float:
+        return compare_stats.per_interval_confidence(self.confidence, len(LATENCY_METRICS) * len(PERCENTILES))
+
+    def cells(self, refused: bool = False) -> CellSettings:
+        return CellSettings(self.tolerance, self.interval_confidence, self.draws, refused)
+
+
+def compare_sides(baseline: Side, candidate: Side, config: CompareConfig) -> dict:
+    """The full comparison of candidate against baseline, restricted to the requests both contain."""
+    candidate = shift_latencies(candidate, config.offset_ttft_ns)
+    run_checks = _run_checks(baseline, config) + _run_checks(candidate, config)  # each run as a whole
+    baseline, candidate, common = _restrict_to_common(baseline, candidate)
+    rng = compare_stats.make_rng(config.seed)
+    b_req, c_req = build_requests(baseline), build_requests(candidate)
+    b_scale, c_scale = time_scale(baseline, b_req), time_scale(candidate, c_req)
+    b_load, c_load = side_load(baseline, b_req), side_load(candidate, c_req)
+    matched = same_load(b_load, c_load)
+    refused = not matched and not config.allow_different_load
+    common_b, common_c = _paired_indices(b_req, c_req)
+    b_clusters, c_clusters, clusters = _cluster_numbers(baseline, candidate)
+    counts = _shared_resamples(clusters, config, rng)
+    b_all, c_all = samples(b_req, b_clusters), samples(c_req, c_clusters)
+    sides = [(baseline, b_req, b_scale), (candidate, c_req, c_scale)]
+    latency = latency_rows(b_all, c_all, clusters, config.cells(refused), rng, candidate.label, counts)
+    errors = _errors_section(b_req, c_req, config, rng)
+    checks = run_checks + compare_fidelity.cross_checks(
+        b_req, c_req, common_b, common_c, c_scale, baseline.kind == TRACE, config.limits
+    )
+    checks.append(compare_fidelity.load_check(b_load, c_load, matched, config.allow_different_load))
+    slos = _slo_section(b_all, c_all, config)
+    side_rows = {s.label: _side_summary(s, r, scale) for s, r, scale in sides}
+    result = {
+        "mode": "compare",
+        "tolerance": config.tolerance,
+        "error_rate_tolerance": config.error_rate_tolerance,
+        "max_error_rate": config.max_error_rate,
+        "confidence": config.confidence,
+        "interval_confidence": config.interval_confidence,
+        "common_requests": common,
+        "sides": side_rows,
+        "like_with_like": {"baseline": b_load, "candidate": c_load, "same": matched, "refused": refused},
+        "clock_domains": _clock_domains(baseline, candidate, config),
+        "fidelity": _fidelity(checks),
+        "latency": latency,
+        "warnings": sample_warnings(latency, ["baseline", candidate.label]),
+        "slos": slos,
+        "goodput": {s.label: _goodput(r, config) for s, r, _ in sides},
+        "errors": errors,
+        "buckets": buckets_section(
+            b_req,
+            b_clusters,
+            c_req,
+            c_clusters,
+            clusters,
+            config.cells(refused),
+            rng,
+            candidate.label,
+            counts,
+        ),
+        "paired": _paired_section(b_req, c_req, common_b, common_c, config),
+        "load": _load_section(sides),
+        "cdf": {baseline.label: _cdf_points(b_all), candidate.label: _cdf_points(c_all)},
+        "metric_definitions": METRIC_DEFINITIONS,
+    }
+    result["verdict"] = verdict(
+        "compare",
+        checks,
+        [errors["gate"]],
+        slos,
+        side_rows,
+        latency=latency,
+        error_comparison=errors["comparison"],
+        tolerance=config.tolerance,
+        fail_on_inconclusive=config.fail_on_inconclusive,
+        has_run=RUN in (baseline.kind, candidate.kind),
+    )
+    return result
+
+
+def summarize_side(side: Side, config: CompareConfig) -> dict:
+    """The report of one run (or trace) without a baseline: same sections, no latency verdicts."""
+    req = build_requests(side)
+    scale = time_scale(side, req)
+    rng = compare_stats.make_rng(config.seed)
+    clusters = np.arange(len(req))
+    everything = samples(req, clusters)
+    checks = _run_checks(side, config)
+    errors = _errors_section(None, req, config, rng, side.label)
+    slos = _slo_section(None, everything, config)
+    side_rows = {side.label: _side_summary(side, req, scale)}
+    latency = latency_rows(None, everything, len(req), config.cells(), rng, side.label)
+    result = {
+        "mode": "report",
+        "tolerance": config.tolerance,
+        "max_error_rate": config.max_error_rate,
+        "sides": side_rows,
+        "like_with_like": {side.label: side_load(side, req)},
+        "clock_domains": {side.label: CLOCK_DOMAIN_NOTES.get(side.clock_domain, side.clock_domain)},
+        "fidelity": _fidelity(checks),
+        "latency": latency,
+        "warnings": sample_warnings(latency, [side.label]),
+        "slos": slos,
+        "goodput": {side.label: _goodput(req, config)},
+        "errors": errors,
+        "buckets": buckets_section(None, None, req, clusters, len(req), config.cells(), rng, side.label),
+        "paired": None,
+        "load": _load_section([(side, req, scale)]),
+        "cdf": {side.label: _cdf_points(everything)},
+        "metric_definitions": METRIC_DEFINITIONS,
+    }
+    result["verdict"] = verdict("report", checks, [errors["gate"]], slos, side_rows, has_run=side.kind == RUN)
+    return result
+
+
+def _run_checks(side: Side, config: CompareConfig) -> list[dict]:
+    """replayer.compare.run_fidelity's checks of a replay run, as `replay` itself made them; none for a trace."""
+    if side.kind != RUN:
+        return []
+    never_attempted, stop_reason = run_fidelity.completeness(side.config)
+    facts = run_fidelity.run_facts(side.table, never_attempted, stop_reason)
+    return run_fidelity.run_checks(side.label, facts, config.limits)
+
+
+def _fidelity(checks: list[dict]) -> dict:
+    unfaithful = any(
+        c["status"] == run_fidelity.FAIL and c["check"] != compare_fidelity.LOAD_CHECK for c in checks
+    )
+    return {"checks": checks, "unfaithful": unfaithful}
+
+
+# --- joining -------------------------------------------------------------------------------------
+
+
+def _restrict_to_common(baseline: Side, candidate: Side) -> tuple[Side, Side, dict]:
+    b_keys = baseline.table.column(baseline.join_key)
+    c_keys = candidate.table.column(candidate.join_key)
+    common = pc.unique(b_keys.filter(pc.is_in(b_keys, value_set=pc.unique(c_keys))))
+    if len(common) == 0:
+        raise BadInput(
+            f"{baseline.path} and {candidate.path}: no request id in common "
+            f"(baseline ids like {b_keys[0].as_py()!r}, candidate like {c_keys[0].as_py()!r}); "
+            "compare a replay with the trace it replayed, or two replays of the same trace"
+        )
+    b_unique, c_unique = len(pc.unique(b_keys)), len(pc.unique(c_keys))
+    info = {
+        "common": len(common),
+        "baseline_only": b_unique - len(common),
+        "candidate_only": c_unique - len(common),
+    }
+    return (
+        _filter(baseline, pc.is_in(b_keys, value_set=common)),
+        _filter(candidate, pc.is_in(c_keys, value_set=common)),
+        info,
+    )
+
+
+def _filter(side: Side, mask) -> Side:
+    return Side(side.label, side.path, side.kind, side.table.filter(mask), side.config, side.clock_domain)
+
+
+def _paired_indices(b: Requests, c: Requests) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices of the originals present on both sides, matched by key."""
+    b_pos = {key: i for i, key in enumerate(b.key) if b.original[i]}
+    pairs = [(b_pos[key], j) for j, key in enumerate(c.key) if c.original[j] and key in b_pos]
+    if not pairs:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    idx = np.array(pairs, dtype=np.int64)
+    return idx[:, 0], idx[:, 1]
+
+
+def _cluster_numbers(baseline: Side, candidate: Side) -> tuple[np.ndarray, np.ndarray, int]:
+    """Each row's request number, shared by the two sides (the bootstrap resamples these: a request
+    and its replay copies together, on both sides at once), and how many requests there are."""
+    b_keys = baseline.table.column(baseline.join_key)
+    c_keys = candidate.table.column(candidate.join_key)
+    encoded = pa.chunked_array(b_keys.chunks + c_keys.chunks, type=pa.string()).dictionary_encode()
+    numbers = np.asarray(pc.cast(encoded.combine_chunks().indices, pa.int64()).to_numpy(zero_copy_only=False))
+    return (
+        numbers[: len(b_keys)],
+        numbers[len(b_keys) :],
+        len(encoded.chunk(0).dictionary) if encoded.num_chunks else 0,
+    )
+
+
+def _shared_resamples(clusters: int, config: CompareConfig, rng) -> np.ndarray | None:
+    """One set of pair resamples for every metric, when the comparison is small enough to resample literally."""
+    if 0 < clusters <= compare_paired.EXACT_MAX_REQUESTS:
+        return compare_paired.resample_counts(clusters, config.draws, rng)
+    return None
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+
+def _errors_section(
+    b_req: Requests | None, c_req: Requests, config: CompareConfig, rng, c_label: str = "candidate"
+) -> dict:
+    """Counts by kind and the commonest messages of each side; the candidate's error rate against
+    --max-error-rate, and its change from the baseline's (significant and over the tolerance fails)."""
+    out = {c_label: _error_side(c_req), "comparison": None}
+    out["gate"] = error_rate_check(c_label, out[c_label], config.max_error_rate)
+    if b_req is not None:
+        out["baseline"] = _error_side(b_req)
+        b, c = out["baseline"], out[c_label]
+        estimate = compare_stats.proportion_difference(
+            b["engine_errors"], b["counted"], c["engine_errors"], c["counted"], rng
+        )
+        out["comparison"] = {
+            "difference": estimate.difference,
+            "ci_low": estimate.ci_low,
+            "ci_high": estimate.ci_high,
+            "verdict": compare_stats.rate_verdict(estimate, config.error_rate_tolerance),
+        }
+    return out
+
+
+def _error_side(req: Requests) -> dict:
+    counts = error_counts(req.error_kind, req.sent, req.success)
+    failed = engine_error_mask(req.error_kind, req.sent, req.success)
+    counts["top_messages"] = commonest_messages(req.error_kind, req.http_status, req.error_detail, failed)
+    return counts
+
+
+# --- paired view, goodput, SLOs, load, sides -----------------------------------------------------
+
+
+def _paired_section(b: Requests, c: Requests, common_b, common_c, config: CompareConfig) -> dict:
+    """Per-request candidate/baseline ratios: does every request slow down, or only the tail?"""
+    out = {"pairs": int(common_b.size), "metrics": {}}
+    for name in ("ttft", "tpot", "e2e"):
+        b_vals, c_vals = b.latency_ns[name][common_b], c.latency_ns[name][common_c]
+        ok = np.isfinite(b_vals) & np.isfinite(c_vals) & (b_vals > 0)
+        ratios = np.sort(c_vals[ok] / b_vals[ok])
+        if ratios.size == 0:
+            out["metrics"][name] = {"count": 0}
+            continue
+        out["metrics"][name] = {
+            "count": int(ratios.size),
+            **{f"p{q}": float(np.percentile(ratios, q)) for q in PAIRED_RATIO_PERCENTILES},
+            "share_slower": float((ratios > 1 + config.tolerance).mean()),
+            "share_faster": float((ratios < 1 - config.tolerance).mean()),
+            "quantiles": np.percentile(ratios, np.linspace(0, 100, 101)).tolist(),
+        }
+    return out
+
+
+def _goodput(req: Requests, config: CompareConfig) -> dict | None:
+    if not config.slos:
+        return None
+    meets = compare_slo.meets_slos(req.success, req.latency_ns, list(config.slos))
+    return compare_slo.goodput(meets, req.counted, own_duration_s(req))
+
+
+def _slo_section(b: Samples | None, c: Samples, config: CompareConfig) -> list[dict]:
+    return [
+        compare_slo.slo_verdict(slo, c.sorted[slo.metric], None if b is None else b.sorted[slo.metric])
+        for slo in config.slos
+    ]
+
+
+def _load_section(sides: list[tuple[Side, Requests, float]]) -> dict:
+    span = max(compare_load.trace_span_s(req, scale) for _, req, scale in sides)
+    width = compare_load.window_width_s(max(span, 1e-3))
+    count = max(1, int(np.ceil(span / width)))
+    return {
+        "window_trace_s": width,
+        "windows": count,
+        "series": {s.label: compare_load.load_windows(req, scale, width, count) for s, req, scale in sides},
+    }
+
+
+def _side_summary(side: Side, req: Requests, scale: float) -> dict:
+    never_attempted = run_fidelity.completeness(side.config)[0] if side.kind == RUN else 0
+    duration_s = own_duration_s(req)
+    done = req.success
+    output_tokens = float(np.nansum(req.completion_tokens[done]))
+    return {
+        "label": side.label,
+        "path": str(side.path),
+        "kind": side.kind,
+        "clock_domain": side.clock_domain,
+        "requests": len(req),
+        "planned": len(req) + never_attempted,  # with the requests an interrupted run never got to
+        "copies": int((~req.original).sum()),
+        "sent": int(req.sent.sum()),
+        "successful": int(done.sum()),
+        "duration_s": duration_s,
+        "time_scale": scale,
+        "requests_per_s": len(req) / duration_s if duration_s > 0 else None,
+        "output_tokens_per_s": output_tokens / duration_s if duration_s > 0 else None,
+        "config": side.config,
+    }
+
+
+def _clock_domains(baseline: Side, candidate: Side, config: CompareConfig) -> dict:
+    out = {s.label: CLOCK_DOMAIN_NOTES.get(s.clock_domain, s.clock_domain) for s in (baseline, candidate)}
+    out["offset_ttft_ms"] = config.offset_ttft_ns / 1e6
+    if baseline.clock_domain != candidate.clock_domain:
+        out["note"] = (
+            "the sides were timed in different places: the difference includes the network between "
+            "the gateway and the replay client; --offset-ttft subtracts a measured difference from the candidate"
+        )
+    return out
+
+
+def _cdf_points(side: Samples) -> dict:
+    """Each metric's quantile function at CDF_POINTS evenly spaced levels (ms), for the charts."""
+    levels = np.linspace(0, 100, CDF_POINTS)
+    out = {}
+    for name, values in side.sorted.items():
+        out[name] = (np.percentile(values, levels) / 1e6).tolist() if values.size else []
+    return out

@@ -1,0 +1,200 @@
+"""The gate's verdict, one definition for `replay`, `report` and `compare`: what failed, in a reader's
+order (fidelity, SLOs, errors, latency), and a one-line headline that says it first:
+
+    NO-GO: TTFT ≈4.4× (CI 4.3–4.5) and E2E ≈3.9× (CI 3.8–4.0) slower at every percentile; SLOs still met; replay faithful
+
+`compare` says GO / NO-GO, `replay` and `report` PASS / FAIL. Exit status 1 whenever anything failed.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import replayer.compare.slo as compare_slo
+import replayer.compare.stats as compare_stats
+from llmreplay.metrics import LATENCY_METRICS, PERCENTILES
+from replayer.compare.fidelity import LOAD_CHECK
+from replayer.compare.run_fidelity import FAIL
+
+TITLES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
+SPREAD_FOR_APPROX = 1.10  # ratios within 10% of each other read as one "≈" number
+
+
+def verdict(
+    mode: str,
+    fidelity_checks: list[dict],
+    gate_checks: list[dict],
+    slos: list[dict],
+    sides: dict,
+    latency: dict | None = None,
+    error_comparison: dict | None = None,
+    tolerance: float = 0.10,
+    fail_on_inconclusive: bool = False,
+    has_run: bool = True,
+) -> dict:
+    """`mode`: compare, report or replay; `gate_checks`: the error-rate checks (replayer.compare.error_gate);
+    `latency`: replayer.compare.latency rows (compare only); `has_run`: some side is a replay run."""
+    reasons, rows, parts, healthy = [], [], [], []
+    unfaithful = [c for c in fidelity_checks if c["status"] == FAIL and c["check"] != LOAD_CHECK]
+    refused = [c for c in fidelity_checks if c["status"] == FAIL and c["check"] == LOAD_CHECK]
+    for check in unfaithful:
+        rows.append(_row(check["check"], "fidelity", "unfaithful", check["detail"]))
+        reasons.append(f"unfaithful replay: {_named(check, mode)}")
+    if unfaithful:
+        parts.append("replay not faithful: " + "; ".join(_named(c, mode) for c in unfaithful))
+    for check in refused:
+        rows.append(_row(check["check"], "fidelity", compare_stats.DIFFERENT_LOAD, check["detail"]))
+        reasons.append(
+            f"latency not compared: {check['summary']}; pass --allow-different-load to compare anyway"
+        )
+        parts.append(f"latency not compared: {check['summary']} (--allow-different-load)")
+    if latency is not None and not refused:
+        phrase, latency_reasons, latency_rows = _latency(latency, tolerance, fail_on_inconclusive)
+        parts += phrase
+        reasons += latency_reasons
+        rows += latency_rows
+    parts += _slos(slos, mode, reasons, rows)
+    for check in gate_checks:
+        rows.append(
+            _row(check["check"], "errors", "breach" if check["status"] == FAIL else "pass", check["detail"])
+        )
+        if check["status"] == FAIL:
+            reasons.append(check["summary"])
+            parts.append(check["summary"])
+        elif mode != "compare" and check["value"] is not None:  # one run: say how it went, if all is well
+            healthy.append(f"error rate {check['value']:.1%} ≤ {check['limit']:.0%}")
+    if error_comparison:
+        rows.append(
+            _row("error rate change", "errors", error_comparison["verdict"], _change(error_comparison))
+        )
+        if error_comparison["verdict"] == compare_stats.REGRESSION:
+            text = f"error rate up {_change(error_comparison)}"
+            reasons.append(text)
+            parts.append(text)
+        elif fail_on_inconclusive and error_comparison["verdict"] == compare_stats.INCONCLUSIVE:
+            text = f"error-rate change inconclusive, {_change(error_comparison)} (--fail-on-inconclusive)"
+            reasons.append(text)
+            parts.append(text)
+    for label, side in sides.items():
+        if side["successful"] == 0:
+            text = f"{label}: no successful request ({side['requests']:,} sent or planned)"
+            reasons.append(text)
+            parts.append(text)
+    failed = bool(reasons)
+    if not failed:
+        parts += healthy
+    if has_run and not unfaithful:
+        parts.append("replay faithful")
+    word = ("NO-GO" if failed else "GO") if mode == "compare" else ("FAIL" if failed else "PASS")
+    return {
+        "status": "fail" if failed else "pass",
+        "exit_code": 1 if failed else 0,
+        "headline": f"{word}: " + ("; ".join(parts) if parts else "nothing to judge"),
+        "reasons": reasons,
+        "rows": rows,
+    }
+
+
+def _named(check: dict, mode: str) -> str:
+    """A failed check's phrase; in a comparison, with the side it is about ("candidate: interrupted …")."""
+    side = check.get("side")
+    return f"{side}: {check['summary']}" if mode == "compare" and side else check["summary"]
+
+
+def _row(item: str, kind: str, verdict_: str, detail: str) -> dict:
+    return {"item": item, "kind": kind, "verdict": verdict_, "detail": detail}
+
+
+def _slos(slos: list[dict], mode: str, reasons: list, rows: list) -> list[str]:
+    parts = []
+    for slo in slos:
+        value = "n/a" if slo["candidate_ms"] is None else f"{slo['candidate_ms']:.1f} ms"
+        rows.append(_row(slo["slo"], "slo", slo["verdict"], f"{value} vs limit {slo['threshold_ms']:g} ms"))
+        if slo["verdict"] != compare_slo.PASS:
+            reasons.append(f"SLO {slo['slo']}: {slo['verdict']}")
+            word = "breached" if slo["verdict"] == compare_slo.BREACH else "has no data"
+            parts.append(f"SLO {slo['slo']} {word} ({value})")
+    if slos and not parts:
+        parts.append("SLOs still met" if mode == "compare" else "SLOs met")
+    return parts
+
+
+def _change(comparison: dict) -> str:
+    d, low, high = comparison["difference"], comparison["ci_low"], comparison["ci_high"]
+    if d is None:
+        return "n/a"
+    return f"{d * 100:+.1f} points (CI {low * 100:+.1f} to {high * 100:+.1f})"
+
+
+def _latency(latency: dict, tolerance: float, strict: bool) -> tuple[list[str], list[str], list[dict]]:
+    """(headline phrases, failing reasons, verdict rows) of the latency cells."""
+    rows, reasons = [], []
+    by_verdict: dict[str, dict[str, list]] = {}
+    judged = 0
+    for metric in LATENCY_METRICS:
+        for q in PERCENTILES:
+            cell = latency[metric]["comparison"][f"p{q}"]
+            rows.append(_row(f"{metric} p{q}", "latency", cell["verdict"], ""))
+            if cell["verdict"] != compare_stats.NO_DATA:
+                judged += 1
+            by_verdict.setdefault(cell["verdict"], {}).setdefault(metric, []).append((q, cell))
+    regressions = by_verdict.get(compare_stats.REGRESSION, {})
+    inconclusive = by_verdict.get(compare_stats.INCONCLUSIVE, {})
+    for metric, cells in regressions.items():
+        reasons.append(
+            f"{metric} regressed at {_percentiles(cells)} ({_times([c['ratio'] for _, c in cells])}x)"
+        )
+    if strict:
+        for metric, cells in inconclusive.items():
+            reasons.append(f"{metric} inconclusive at {_percentiles(cells)} (--fail-on-inconclusive)")
+    parts = []
+    if regressions:
+        parts += _grouped(regressions, "slower", invert=False)
+    if by_verdict.get(compare_stats.IMPROVEMENT):
+        parts += _grouped(by_verdict[compare_stats.IMPROVEMENT], "faster", invert=True)
+    count = sum(len(cells) for cells in inconclusive.values())
+    if count and strict:
+        parts.append(f"{count} of {judged} latency cells inconclusive (--fail-on-inconclusive)")
+    elif count and not regressions:
+        parts.append(f"no latency regression, {count} of {judged} cells inconclusive")
+    if not parts:
+        parts.append(f"no latency change beyond ±{tolerance:.0%}" if judged else "no latency data")
+    return parts, reasons, rows
+
+
+def _grouped(cells_by_metric: dict[str, list], direction: str, invert: bool) -> list[str]:
+    """Metrics with the same percentiles in one phrase: 'TTFT ≈4.4× (CI …) and E2E ≈3.9× (CI …) slower at …'."""
+    groups: dict[tuple, list[str]] = {}
+    for metric in LATENCY_METRICS:
+        cells = cells_by_metric.get(metric)
+        if not cells:
+            continue
+        ratios = [1 / c["ratio"] if invert else c["ratio"] for _, c in cells]
+        lows = [1 / c["ci_high"] if invert else c["ci_low"] for _, c in cells]
+        highs = [1 / c["ci_low"] if invert else c["ci_high"] for _, c in cells]
+        text = f"{TITLES[metric]} {_times(ratios)}× (CI {_number(min(lows))}–{_number(max(highs))})"
+        groups.setdefault(tuple(q for q, _ in cells), []).append(text)
+    phrases = []
+    for percentiles, texts in groups.items():
+        where = (
+            "at every percentile"
+            if len(percentiles) == len(PERCENTILES)
+            else "at " + ", ".join(f"p{q}" for q in percentiles)
+        )
+        phrases.append(f"{' and '.join(texts)} {direction} {where}")
+    return phrases
+
+
+def _percentiles(cells: list) -> str:
+    return ", ".join(f"p{q}" for q, _ in cells)
+
+
+def _times(ratios: list[float]) -> str:
+    low, high = min(ratios), max(ratios)
+    if high <= low * SPREAD_FOR_APPROX:
+        return "≈" + _number(statistics.median(ratios))
+    return f"{_number(low)}–{_number(high)}"
+
+
+def _number(value: float) -> str:
+    return f"{value:.0f}" if value >= 10 else f"{value:.1f}" if value >= 2 else f"{value:.2f}"

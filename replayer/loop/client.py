@@ -1,0 +1,417 @@
+"""One HTTP request, timed on the monotonic clock, classified into the trace's error taxonomy.
+
+An Exchange writes a pre-encoded request on a pooled connection and parses the answer with
+httptools' callbacks. A network read is only timestamped and stashed; the parsing (HTTP framing,
+SSE events) runs right after the loop's pass over ready sockets, in slices, each read with its own
+timestamp. So a burst of reads is stamped at the cost of the reads alone: with parsing inline, the
+last reads of a 200-chunk burst were stamped milliseconds after their bytes arrived. No task
+switch, timer or future per chunk. An exchange can be stopped from outside (`stop`) to mirror a
+production cancel, on a read timeout, or at shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import time
+from array import array
+from collections import deque
+
+import httptools
+import orjson
+
+from llmreplay.error_kinds import error_kind_for_status, error_object_kind
+from replayer.loop.http_pool import Connection, ConnectionPool
+from replayer.loop.sse import SseStream
+
+ERROR_BODY_LIMIT_BYTES = 65_536
+ERROR_EXCERPT_BYTES = 2_048  # of an error response's body, kept as the request's error_detail
+NEVER_NS = 1 << 62
+PARSE_SLICE_NS = 250_000  # parse stashed reads this long, then let the loop poll sockets again
+_HEAD, _ERROR, _SSE, _WHOLE, _DONE = range(5)
+
+
+class ReadClock:
+    """Timestamps network reads, parses them between polls, lets a read hand the dispatcher its due request.
+
+    Every read in one pass of the event loop over ready sockets gets the time of the pass's first
+    read: the bytes were all waiting when the pass began, so the order in which we process them
+    must not show up as latency. Their parsing is deferred to after the pass and done in slices of
+    PARSE_SLICE_NS, so the loop polls again soon and the next reads are stamped fresh. And when a
+    burst holds the loop past a request's due time, the read that notices calls `on_due`, so
+    dispatch is late by one read's work, not by the whole burst. The per-read half of this lives
+    in `Exchange.data_received`, inline: a call per read costs.
+    """
+
+    __slots__ = ("next_due_ns", "on_due", "batch_ns", "backlog", "_loop", "_after_pass_due")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.next_due_ns = NEVER_NS  # the dispatcher's next deadline (perf_counter_ns)
+        self.on_due = None  # called with no argument once a read sees that deadline pass
+        self.batch_ns = 0  # the stamp of this pass's reads; 0 between passes
+        self.backlog: deque[Exchange] = deque()  # exchanges with stashed, unparsed reads
+        self._loop = loop
+        self._after_pass_due = False
+
+    def begin_pass(self, now_ns: int) -> None:
+        """The pass's first read: its time stamps the pass; parsing is queued behind the pass."""
+        self.batch_ns = now_ns
+        if not self._after_pass_due:
+            self._after_pass_due = True
+            self._loop.call_soon(self._after_pass)  # runs after this pass's I/O callbacks
+
+    def _after_pass(self) -> None:
+        """End the pass's timestamp batch; parse stashed reads for one slice, the rest after a poll."""
+        self.batch_ns = 0
+        backlog = self.backlog
+        clock = time.perf_counter_ns
+        deadline = clock() + PARSE_SLICE_NS
+        while backlog:
+            backlog.popleft().parse_pending()
+            if backlog and clock() >= deadline:
+                self._loop.call_soon(self._after_pass)  # after the loop's next poll
+                return
+        self._after_pass_due = False
+
+
+class Outcome:
+    """What one request measured; offsets are ns from `sent_ns` (monotonic clock)."""
+
+    __slots__ = (
+        "sent_ns",
+        "on_wire",
+        "http_status",
+        "error_kind",
+        "error_detail",
+        "retry_after_ms",
+        "ttfb_ns",
+        "ttft_ns",
+        "e2e_ns",
+        "chunk_offsets_ns",
+        "finish_reason",
+        "usage",
+        "tool_calls_count",
+        "response_text_bytes",
+        "stop_reason",
+    )
+
+    def __init__(self, sent_ns: int):
+        self.sent_ns = sent_ns  # the call; replaced by the moment the bytes were written (on_wire)
+        self.on_wire = False
+        self.http_status: int | None = None
+        self.error_kind: str | None = None
+        self.error_detail: str | None = None  # for logs and the summary, never a secret
+        self.retry_after_ms: int | None = None
+        self.ttfb_ns: int | None = None
+        self.ttft_ns: int | None = None
+        self.e2e_ns: int | None = None
+        self.chunk_offsets_ns: array | None = None  # array("q") from the SSE reader
+        self.finish_reason: str | None = None
+        self.usage: dict | None = None
+        self.tool_calls_count = 0
+        self.response_text_bytes: list[bytes] | None = None  # kept only when usage is missing
+        self.stop_reason: str | None = None  # "cancelled", "timeout" or "shutdown" when stopped from outside
+
+    def fail(self, kind: str, detail: str | None = None) -> None:
+        if self.error_kind is None:
+            self.error_kind = kind
+            self.error_detail = detail
+
+    def __getstate__(self):  # a compact tuple: workers hand thousands of these back
+        return tuple(getattr(self, name) for name in Outcome.__slots__)
+
+    def __setstate__(self, state) -> None:
+        for name, value in zip(Outcome.__slots__, state, strict=True):
+            setattr(self, name, value)
+
+
+def status_kind(status: int) -> str | None:
+    """Error kind of a response status; a status that is neither an error nor 2xx is not the wire format."""
+    kind = error_kind_for_status(status)
+    if kind is None and not 200 <= status < 300:
+        return "invalid_response"
+    return kind
+
+
+def retry_after_ms(value: str | None, now_unix_s: float | None = None) -> int | None:
+    """Retry-After as delay-seconds or an HTTP date, in ms; None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return int(value) * 1000
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    now = time.time() if now_unix_s is None else now_unix_s
+    return max(0, round((when.timestamp() - now) * 1000))
+
+
+class Exchange:
+    """One request on one connection; the httptools callbacks fill its Outcome; `done` resolves at the end.
+
+    `last_ns` (the latest read, or the send) lets the runner's watchdog enforce the read timeout
+    without a timer per request."""
+
+    __slots__ = (
+        "outcome",
+        "stream",
+        "cancel_after_chunks",
+        "done",
+        "last_ns",
+        "_clock",
+        "_pool",
+        "_conn",
+        "_parser",
+        "_state",
+        "_sse",
+        "_raw",
+        "_body",
+        "_body_bytes",
+        "_content_type",
+        "_retry_after",
+        "_length_known",
+        "_pending",
+        "_read_ns",
+        "_interim",
+    )
+
+    def __init__(self, outcome: Outcome, stream: bool, cancel_after_chunks: int | None, clock: ReadClock):
+        self.outcome = outcome
+        self._clock = clock
+        self.stream = stream
+        self.cancel_after_chunks = cancel_after_chunks
+        self.done = asyncio.get_running_loop().create_future()
+        self.last_ns = 0
+        self._pool: ConnectionPool | None = None
+        self._conn: Connection | None = None
+        self._parser = None
+        self._state = _HEAD
+        self._sse: SseStream | None = None
+        self._raw: list[bytes] = []
+        self._body: list[bytes] = []
+        self._body_bytes = 0
+        self._content_type = ""
+        self._retry_after: str | None = None
+        self._length_known = False
+        self._pending: list | None = None  # [read_ns, bytes, read_ns, bytes, ...] not parsed yet
+        self._read_ns = 0  # timestamp of the read being parsed
+        self._interim = False  # the head being parsed is a 1xx: the answer follows it
+
+    def send(self, pool: ConnectionPool, conn: Connection, request: bytes) -> None:
+        """Write the request: the moment of the write is the send time (dispatch lag is measured to it).
+
+        The exchange is the transport's protocol until the end: reads come straight here, not
+        through the connection (a call per read costs)."""
+        self._pool, self._conn = pool, conn
+        self._parser = httptools.HttpResponseParser(self)
+        conn.transport.set_protocol(self)
+        outcome = self.outcome
+        outcome.sent_ns = self.last_ns = self._read_ns = time.perf_counter_ns()
+        outcome.on_wire = True
+        conn.transport.write(request)
+
+    def stop(self, reason: str, detail: str | None = None) -> None:
+        """End the request from outside: drop the connection, so the engine sees the client go away."""
+        self.parse_pending()  # what arrived before the stop counts
+        if self._state == _DONE:
+            return
+        self.outcome.stop_reason = reason
+        self.outcome.fail(reason, detail)
+        self._end(False, time.perf_counter_ns())
+
+    def abort(self) -> None:
+        """Drop the connection at once, unflushed (the worker is exiting: nothing more may be sent)."""
+        conn = self._conn
+        if conn is not None:
+            conn.abort()
+
+    # -- protocol callbacks (the transport's, while the request is open) ----------------------------
+    def data_received(self, data: bytes) -> None:
+        """Stamp the read (ReadClock's rules) and stash it for parsing after the loop's pass."""
+        clock = self._clock
+        now = time.perf_counter_ns()
+        if now >= clock.next_due_ns:
+            clock.on_due()
+        if clock.batch_ns == 0:
+            clock.begin_pass(now)
+        self.last_ns = now = clock.batch_ns
+        pending = self._pending
+        if pending is None:
+            self._pending = [now, data]
+            clock.backlog.append(self)
+        else:
+            pending.append(now)
+            pending.append(data)
+
+    def eof_received(self) -> bool:
+        return False  # close our side too; connection_lost follows
+
+    def pause_writing(self) -> None:  # a request is one write; the transport buffers the rest
+        pass
+
+    def resume_writing(self) -> None:
+        pass
+
+    def parse_pending(self) -> None:
+        """Parse the stashed reads in order, each with its own timestamp."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        conn, feed = self._conn, self._parser.feed_data
+        for i in range(0, len(pending), 2):
+            if self._state == _DONE:  # bytes after the end of the response: not a reusable connection
+                if conn is not None:
+                    conn.close()
+                return
+            self._read_ns = pending[i]
+            try:
+                feed(pending[i + 1])
+            except httptools.HttpParserError as exc:
+                if self._state != _DONE:
+                    self.outcome.fail("invalid_response", f"HTTP parse error: {exc}"[:200])
+                    self._end(False, self._read_ns)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._conn is not None:
+            self._conn.usable = False
+        self.parse_pending()  # the reads before the loss come first
+        if self._state == _DONE:
+            return
+        self._conn = None
+        if self._state in (_SSE, _WHOLE, _ERROR) and not self._length_known and exc is None:
+            # a body delimited by the end of the connection is complete
+            self._end(False, time.perf_counter_ns())
+            return
+        detail = f"{type(exc).__name__}: {exc}"[:200] if exc else "the server closed the connection"
+        self.outcome.fail("connection_reset", detail)
+        self._end(False, time.perf_counter_ns())
+
+    # -- httptools callbacks ----------------------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if name == b"content-type":
+            self._content_type = value.split(b";", 1)[0].strip().lower().decode("latin-1")
+        elif name == b"retry-after":
+            self._retry_after = value.decode("latin-1")
+        elif name in (b"content-length", b"transfer-encoding"):
+            self._length_known = True
+
+    def on_headers_complete(self) -> None:
+        outcome = self.outcome
+        status = self._parser.get_status_code()
+        if 100 <= status < 200 and status != 101:  # 100 Continue, 103 Early Hints: the answer follows
+            self._interim = True
+            self._content_type, self._retry_after, self._length_known = "", None, False
+            return
+        outcome.ttfb_ns = self._read_ns - outcome.sent_ns
+        outcome.http_status = status
+        kind = status_kind(status)
+        if kind is not None:
+            outcome.retry_after_ms = retry_after_ms(self._retry_after)
+            outcome.fail(kind, f"HTTP {status}")
+            self._state = _ERROR
+        elif self.stream and self._content_type == "text/event-stream":
+            self._sse = SseStream(outcome.sent_ns)
+            outcome.chunk_offsets_ns = self._sse.chunk_offsets_ns
+            self._state = _SSE
+        else:
+            self._state = _WHOLE
+
+    def on_body(self, body: bytes) -> None:
+        state = self._state
+        if state == _SSE:
+            sse = self._sse
+            sse.feed(body, self._read_ns)
+            self._raw.append(body)
+            limit = self.cancel_after_chunks
+            if limit is not None and len(sse.chunk_offsets_ns) >= limit:
+                self.stop("cancelled")
+        elif state == _WHOLE:
+            self._body.append(body)
+        elif state == _ERROR:
+            if self._body_bytes < ERROR_EXCERPT_BYTES:
+                self._body.append(body[: ERROR_EXCERPT_BYTES - self._body_bytes])
+            self._body_bytes += len(body)
+            if self._body_bytes > ERROR_BODY_LIMIT_BYTES:
+                self._end(False, self._read_ns)  # enough of an error page; do not read megabytes of it
+
+    def on_message_complete(self) -> None:
+        if self._interim:  # the end of a 1xx head: the parser goes on to the answer
+            self._interim = False
+            return
+        if self._state != _DONE:
+            self._end(self._parser.should_keep_alive(), self._read_ns)
+
+    # -- the end ---------------------------------------------------------------------------------
+    def _end(self, keep_alive: bool, end_ns: int) -> None:
+        state, self._state = self._state, _DONE
+        outcome = self.outcome
+        if outcome.e2e_ns is None:
+            outcome.e2e_ns = end_ns - outcome.sent_ns
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.transport.set_protocol(conn)
+            if keep_alive and outcome.stop_reason is None:
+                self._pool.release(conn)
+            else:
+                conn.close()
+        if state == _SSE:
+            _finish_stream(self._sse, outcome, self._raw)
+        elif state == _WHOLE and outcome.error_kind is None:
+            _read_whole(b"".join(self._body), self._content_type, outcome, self.stream)
+        elif state == _HEAD and outcome.error_kind is None:
+            outcome.fail("invalid_response", "the connection ended before a response")
+        elif state == _ERROR and self._body:
+            outcome.error_detail = b"".join(self._body).decode("utf-8", "replace")
+        self._raw = self._body = None
+        if not self.done.done():
+            self.done.set_result(outcome)
+
+
+def _finish_stream(sse: SseStream, outcome: Outcome, raw: list[bytes]) -> None:
+    sse.finish()
+    if sse.chunk_offsets_ns:
+        outcome.ttft_ns = sse.chunk_offsets_ns[0]
+    outcome.finish_reason = sse.finish_reason
+    outcome.usage = sse.usage
+    outcome.tool_calls_count = len(sse.tool_call_ids)
+    if sse.usage is None:
+        outcome.response_text_bytes = raw
+    if sse.error is not None:
+        outcome.fail("stream_error", sse.error)
+    elif sse.invalid is not None:
+        outcome.fail("invalid_response", sse.invalid)
+    elif not sse.done or sse.finish_reason is None:
+        missing = "[DONE]" if not sse.done else "a finish reason"
+        outcome.fail("stream_truncated", f"stream ended without {missing}")
+
+
+def _read_whole(body: bytes, content_type: str, outcome: Outcome, asked_stream: bool) -> None:
+    # A whole body has no first token: TTFT stays null (as in the recorder); E2E carries the latency.
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        outcome.fail("invalid_response", f"body is not JSON ({content_type or 'no content type'})")
+        return
+    if not isinstance(obj, dict):
+        outcome.fail("invalid_response", "body is not a JSON object")
+        return
+    kind = error_object_kind(obj)
+    if kind is not None:
+        outcome.fail(kind, str(obj["error"])[:200])
+        return
+    if asked_stream:
+        outcome.fail("invalid_response", f"asked for a stream, got {content_type or 'no content type'}")
+    outcome.usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else None
+    choices = obj.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        outcome.finish_reason = choices[0].get("finish_reason")
+        message = choices[0].get("message") or {}
+        if isinstance(message, dict):
+            outcome.tool_calls_count = len(message.get("tool_calls") or ())
+        if outcome.usage is None:
+            outcome.response_text_bytes = [body]
+    elif "data" not in obj:  # embeddings answer with `data`, chat and completions with `choices`
+        outcome.fail("invalid_response", "body has neither choices nor data")

@@ -1,0 +1,387 @@
+"""The event loop of one worker: open-loop dispatch at absolute deadlines, session chains, shedding,
+read-timeout watchdog, bounded shutdown. The loop does network I/O and timestamping only; the
+request bytes are encoded before the clock starts.
+
+The run is bounded as a whole: `--duration` stops sending at start + duration (one timer), a stop
+(the duration, SIGINT/SIGTERM) leaves in-flight requests the grace period, and whatever is still
+open after it is cut (error kind "shutdown"). So a server that trickles its answers cannot keep a
+run alive past duration + grace. `abandon` is the other end: no grace, for a worker whose
+coordinator is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from replayer.loop.client import NEVER_NS, Exchange, Outcome, ReadClock
+from replayer.loop.deadline_timer import DeadlineTimer
+from replayer.loop.http_pool import ConnectionPool, Endpoint
+from replayer.plan.sessions import session_due_ns
+
+if TYPE_CHECKING:
+    from replayer.plan.arrays import PlanArrays, PlannedRequest
+
+USER_AGENT = "llmreplay"
+WATCHDOG_MAX_INTERVAL_NS = 1_000_000_000
+WATCHDOG_MIN_INTERVAL_NS = 10_000_000
+TIMERFD_EARLY_WAKE_NS = 250_000  # a timerfd wake-up's p99 lateness on a 2-vCPU VM was 0.23 ms
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSettings:
+    """What the loop needs from ReplayConfig, resolved for one worker."""
+
+    endpoint: Endpoint
+    start_ns: int  # perf_counter_ns() of the run's offset 0, shared by all workers
+    max_inflight: int
+    duration_ns: int | None
+    grace_ns: int
+    connect_timeout_ns: int
+    read_timeout_ns: int
+    early_wake_ns: int
+    warm_connections: int
+
+
+class Sent:
+    """One finished request as the loop saw it; converted to a result row after the run."""
+
+    __slots__ = ("plan", "due_ns", "outcome", "shed")
+
+    def __init__(self, plan: PlannedRequest, due_ns: int, outcome: Outcome | None, shed: bool = False):
+        self.plan = plan
+        self.due_ns = due_ns  # absolute perf_counter_ns when it was due (schedule + session wait)
+        self.outcome = outcome  # None when shed
+        self.shed = shed
+
+
+class Counters:
+    """Live figures for the progress display (copied to shared memory by the worker)."""
+
+    __slots__ = ("sent", "done", "errors", "shed", "inflight", "recent_lags_ns")
+
+    def __init__(self):
+        self.sent = self.done = self.errors = self.shed = self.inflight = 0
+        self.recent_lags_ns: list[int] = []
+
+
+class _Call:
+    """A request between dispatch and its result: the exchange once written, for stop and timeouts."""
+
+    __slots__ = ("outcome", "exchange", "task")
+
+    def __init__(self, outcome: Outcome):
+        self.outcome = outcome
+        self.exchange: Exchange | None = None
+        self.task: asyncio.Task | None = None
+
+
+class Runner:
+    def __init__(
+        self,
+        plans: PlanArrays,
+        requests: Sequence[bytes],
+        streams: Sequence[bool],
+        settings: LoopSettings,
+        results=None,
+    ):
+        self.plans = plans
+        self.requests = requests  # encoded HTTP request per plan index (may read them as the run goes)
+        self.streams = streams
+        self.s = settings
+        # finished requests: anything with append(Sent), e.g. a replayer.loop.result_spool.ResultSpool
+        self.results = [] if results is None else results
+        self.counters = Counters()
+        self.stopping = False
+        self.stop_reason = "completed"  # | "duration" (it cut the schedule) | "interrupted" | "orphaned"
+        self.cut_after_grace = 0  # requests still open when the grace period ran out (cut: "shutdown")
+        self._calls: set[_Call] = set()
+        self._waiting: dict[asyncio.Task, tuple[PlannedRequest, int]] = {}  # session turns: (plan, due)
+        self._duration_stop: asyncio.TimerHandle | None = None
+        self._dispatcher: asyncio.Future | None = None
+        self._idle = asyncio.Event()
+        self._pool: ConnectionPool | None = None
+        self._clock: ReadClock | None = None
+        self._timer: DeadlineTimer | None = None
+        self._heads = plans.heads()  # sent on schedule; the rest follow
+        self._head_i = 0
+
+    async def run(self) -> list[Sent]:
+        loop = asyncio.get_running_loop()
+        loop.set_task_factory(asyncio.eager_task_factory)  # a dispatched request is written at once
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.stop, "interrupted")
+        s = self.s
+        self._pool = ConnectionPool(s.endpoint, s.connect_timeout_ns / 1e9, s.warm_connections)
+        self._clock = ReadClock(loop)
+        self._clock.on_due = self._send_due_heads
+        self._timer = DeadlineTimer.create(loop)
+        watchdog = loop.create_task(self._watch_reads())
+        if s.duration_ns is not None:  # stop sending then; in-flight requests get the grace period
+            self._end_of_duration()
+        try:
+            await self._warm()
+            self._dispatcher = asyncio.ensure_future(self._dispatch_heads())
+            try:
+                await self._dispatcher
+            except asyncio.CancelledError:
+                if not self.stopping:
+                    raise
+            await self._drain()
+        finally:
+            if self._duration_stop is not None:
+                self._duration_stop.cancel()
+            watchdog.cancel()
+            self._pool.close()
+            if self._timer is not None:
+                self._timer.close()
+        return self.results
+
+    def stop(self, reason: str = "interrupted") -> None:
+        """Stop sending; in-flight requests get the grace period (SIGINT/SIGTERM and the end of
+        --duration land here)."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.stop_reason = reason
+        if self._clock is not None:
+            self._clock.next_due_ns = NEVER_NS
+        if self._dispatcher is not None:
+            self._dispatcher.cancel()
+        for task in list(self._waiting):
+            task.cancel()
+        if self._duration_stop is not None:
+            self._duration_stop.cancel()
+        self._idle.set()
+
+    def _end_of_duration(self) -> None:
+        """At start + duration (one loop timer for the run): send what fell due before it, even when
+        the loop is late to get here, then stop; re-armed when the loop's timer fires early."""
+        end_ns = self.s.start_ns + self.s.duration_ns
+        left_ns = end_ns - time.perf_counter_ns()
+        if left_ns > 0:
+            self._duration_stop = asyncio.get_running_loop().call_later(left_ns / 1e9, self._end_of_duration)
+            return
+        self._duration_stop = None
+        if self.stopping:
+            return
+        self._send_due_heads()
+        for task, (plan, due_ns) in list(self._waiting.items()):
+            if due_ns < end_ns and not self.stopping:
+                task.cancel()  # its wait is over: sent here, not after the stop
+                self._dispatch(plan, due_ns)
+        self.stop("duration")
+
+    def abandon(self) -> None:
+        """The coordinator is gone: stop at once, no grace. Every connection, in flight or idle, is
+        aborted (not flushed), so not one more byte goes to the target; the caller exits next."""
+        self.stopping = True
+        self.stop_reason = "orphaned"
+        if self._clock is not None:
+            self._clock.next_due_ns = NEVER_NS
+        for call in list(self._calls):
+            if call.exchange is not None:
+                call.exchange.abort()
+        if self._pool is not None:
+            self._pool.abort()
+
+    async def _warm(self) -> None:
+        """Open keep-alive connections before the clock starts, so early sends skip the TCP handshake."""
+        budget_s = (self.s.start_ns - time.perf_counter_ns()) / 1e9 - 0.05
+        if self.s.warm_connections <= 0 or budget_s <= 0:
+            return
+        try:
+            await asyncio.wait_for(self._pool.warm(self.s.warm_connections), budget_s)
+        except TimeoutError:
+            pass
+
+    async def _sleep_until(self, due_ns: int, head: bool = False) -> None:
+        """A timer until shortly before the deadline, then yield to the loop until it (yielding, not
+        spinning, keeps reads timestamped while we wait). The timerfd (replayer.loop.deadline_timer) wakes
+        within ~0.25 ms, the loop's own timers only within a millisecond, so its early margin (and
+        the CPU spent yielding) is a quarter. For a head, returns early once a read has dispatched
+        it (the clock's deadline moved on)."""
+        clock = time.perf_counter_ns
+        timer = self._timer
+        early = self.s.early_wake_ns if timer is None else min(self.s.early_wake_ns, TIMERFD_EARLY_WAKE_NS)
+        remaining = due_ns - clock()
+        if remaining > early:
+            if timer is not None:
+                await timer.wait_until(due_ns - early)
+            else:
+                await asyncio.sleep((remaining - early) / 1e9)
+        watched = self._clock
+        while clock() < due_ns and not (head and watched.next_due_ns != due_ns):
+            await asyncio.sleep(0)
+
+    def _past_duration(self, due_ns: int) -> bool:
+        return self.s.duration_ns is not None and due_ns - self.s.start_ns >= self.s.duration_ns
+
+    async def _dispatch_heads(self) -> None:
+        """Send every session head at its deadline; reads may send one first (ReadClock.on_due)."""
+        while not self.stopping:
+            self._send_due_heads()
+            due = self._clock.next_due_ns
+            if due == NEVER_NS:
+                return
+            await self._sleep_until(due, head=True)
+
+    def _send_due_heads(self) -> None:
+        """Dispatch every head whose deadline has passed; publish the next deadline to the clock."""
+        clock = self._clock
+        clock.next_due_ns = NEVER_NS  # no re-entry from a read while we dispatch
+        heads, i, start = self._heads, self._head_i, self.s.start_ns
+        while i < len(heads) and not self.stopping:
+            due = start + heads[i].scheduled_offset_ns
+            if self._past_duration(due):
+                i = len(heads)
+                self.stop_reason = "duration"  # it cut the schedule
+                break
+            if due > time.perf_counter_ns():
+                break
+            i += 1
+            self._dispatch(heads[i - 1], due)
+        self._head_i = i
+        if i < len(heads) and not self.stopping:
+            clock.next_due_ns = start + heads[i].scheduled_offset_ns
+
+    def _dispatch(self, plan: PlannedRequest, due_ns: int) -> None:
+        c = self.counters
+        if c.inflight >= self.s.max_inflight:
+            c.shed += 1
+            self.results.append(Sent(plan, due_ns, None, shed=True))
+            self._follow(plan, time.perf_counter_ns())
+            return
+        c.inflight += 1
+        call = _Call(Outcome(time.perf_counter_ns()))
+        self._calls.add(call)
+        task = asyncio.get_running_loop().create_task(self._execute(plan, due_ns, call))
+        if not task.done():
+            call.task = task
+
+    async def _execute(self, plan: PlannedRequest, due_ns: int, call: _Call) -> None:
+        outcome = call.outcome
+        pool = self._pool
+        canceller = None
+        try:
+            conn = pool.take_idle()
+            if conn is None:
+                conn = await pool.open()
+            if plan.cancel_after_ns is not None:
+                canceller = asyncio.get_running_loop().call_later(
+                    plan.cancel_after_ns / 1e9, _stop_call, call, "cancelled"
+                )
+            exchange = call.exchange = Exchange(
+                outcome, self.streams[plan.index], plan.cancel_after_tokens, self._clock
+            )
+            exchange.send(pool, conn, self.requests[plan.index])
+            self.counters.sent += 1
+            pool.top_up()
+            await exchange.done
+        except asyncio.CancelledError:
+            if outcome.stop_reason is None:
+                raise
+            outcome.e2e_ns = time.perf_counter_ns() - outcome.sent_ns
+            outcome.fail(outcome.stop_reason)
+        except (OSError, TimeoutError) as exc:  # could not connect
+            outcome.e2e_ns = time.perf_counter_ns() - outcome.sent_ns
+            outcome.fail("connect_error", f"{type(exc).__name__}: {exc}"[:200])
+        finally:
+            if canceller is not None:
+                canceller.cancel()
+            self._record(plan, due_ns, call)
+
+    def _record(self, plan: PlannedRequest, due_ns: int, call: _Call) -> None:
+        self._calls.discard(call)
+        outcome = call.outcome
+        c = self.counters
+        c.inflight -= 1
+        c.done += 1
+        lags = c.recent_lags_ns
+        lags.append(outcome.sent_ns - due_ns)
+        if len(lags) > 4096:
+            del lags[:2048]
+        if outcome.error_kind is not None:
+            c.errors += 1
+        self.results.append(Sent(plan, due_ns, outcome))
+        # the turn ended when its last bytes were read, not when this task got to run
+        ended_ns = time.perf_counter_ns() if outcome.e2e_ns is None else outcome.sent_ns + outcome.e2e_ns
+        self._follow(plan, ended_ns)
+        if not self._calls and not self._waiting:
+            self._idle.set()
+
+    def _follow(self, plan: PlannedRequest, ended_ns: int) -> None:
+        """Send the session's next turn after this one's answer plus the recorded think time."""
+        if plan.next_index is None or self.stopping:
+            return
+        nxt = self.plans[plan.next_index]
+        scheduled = self.s.start_ns + nxt.scheduled_offset_ns
+        if self._past_duration(scheduled):
+            self.stop_reason = "duration"
+            return
+        due = session_due_ns(scheduled, ended_ns, nxt.think_time_ns)
+        if due <= time.perf_counter_ns():
+            self._dispatch(nxt, due)
+            return
+        waiter = asyncio.get_running_loop().create_task(self._dispatch_later(nxt, due))
+        if not waiter.done():
+            self._waiting[waiter] = (nxt, due)
+            waiter.add_done_callback(self._waiting_done)
+
+    def _waiting_done(self, task: asyncio.Task) -> None:
+        self._waiting.pop(task, None)
+        if not self._calls and not self._waiting:
+            self._idle.set()
+
+    async def _dispatch_later(self, plan: PlannedRequest, due_ns: int) -> None:
+        await self._sleep_until(due_ns)
+        if not self.stopping:
+            self._dispatch(plan, due_ns)
+
+    async def _watch_reads(self) -> None:
+        """Stop requests silent for longer than the read timeout (one check for all, not a timer each)."""
+        timeout_ns = self.s.read_timeout_ns
+        interval_ns = min(WATCHDOG_MAX_INTERVAL_NS, max(WATCHDOG_MIN_INTERVAL_NS, timeout_ns // 10))
+        clock = time.perf_counter_ns
+        while True:
+            await asyncio.sleep(interval_ns / 1e9)
+            now = clock()
+            for call in list(self._calls):
+                exchange = call.exchange
+                if exchange is not None and now - exchange.last_ns > timeout_ns:
+                    exchange.stop("timeout", f"no data for {timeout_ns / 1e9:g} s")
+
+    async def _drain(self) -> None:
+        """Wait for the last requests and session turns; after a stop, only for the grace period."""
+        while (self._calls or self._waiting) and not self.stopping:
+            self._idle.clear()
+            if self._calls or self._waiting:
+                await self._idle.wait()
+        if not self._calls:
+            return
+        deadline = time.perf_counter_ns() + self.s.grace_ns
+        while self._calls and time.perf_counter_ns() < deadline:
+            self._idle.clear()
+            try:
+                await asyncio.wait_for(self._idle.wait(), (deadline - time.perf_counter_ns()) / 1e9)
+            except TimeoutError:
+                break
+        pending = [call.task for call in self._calls if call.task is not None]
+        self.cut_after_grace = len(self._calls)
+        for call in list(self._calls):
+            _stop_call(call, "shutdown")
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+
+
+def _stop_call(call: _Call, reason: str) -> None:
+    """Stop one request: through its exchange once written, else by cancelling its connect."""
+    if call.exchange is not None:
+        call.exchange.stop(reason)
+    elif call.task is not None and not call.task.done():
+        call.outcome.stop_reason = reason
+        call.task.cancel()

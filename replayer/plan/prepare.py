@@ -1,0 +1,131 @@
+"""Request files of every worker, built before the workers load them and before the clock starts.
+
+The only replay code that may load the tokenizer (prompt synthesis for shape-only rows). When it
+is needed, building runs in a short-lived process, so neither the workers nor the coordinator
+carry the tokenizer's memory through the run. Records are streamed from the trace and each body is
+written as soon as it is built (replayer.loop.request_file), so the builder holds neither the trace nor
+the bodies: only the bodies built ahead of an earlier plan of their worker (copies shifted by
+`--copy-jitter` come a little out of trace order).
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the worker imports replayer.loop.request_file, not this module; keep it light anyway
+    from replayer.plan.arrays import PlanArrays
+    from replayer.plan.request_builder import BuildOptions
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """What one worker's requests are built from, and where they are written."""
+
+    plans: PlanArrays  # linked, indices local to the worker
+    rows: array  # "q": by plan index, the plan's record's position in the trace's file order
+    tails_path: str
+    fields_path: str
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    build_s: float
+    peak_rss_mb: float  # of the process that built the bodies
+    in_process: bool  # False: a short-lived process of its own (the tokenizer was needed)
+
+
+@dataclass(frozen=True, slots=True)
+class BuildJob:
+    """Everything the builder needs (pickled to its own process when it needs the tokenizer)."""
+
+    trace_path: str
+    shards: tuple[Shard, ...]
+    build: BuildOptions
+    block_size: int
+    tokenizer: str | None
+    session_header: str | None
+    synthesis: bool  # some planned row has no recorded content: prompts are synthesized
+
+
+def prepare_bodies(job: BuildJob) -> Prepared:
+    """Write every shard's request files. Raises BadInput for rows it cannot build."""
+    if not job.synthesis:
+        return write_requests(job)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=context, initializer=_ignore_sigint) as pool:
+        return pool.submit(write_requests, job).result()
+
+
+def write_requests(job: BuildJob) -> Prepared:
+    import numpy as np
+
+    from replayer.loop.process_memory import peak_rss_mb
+    from replayer.loop.request_file import RequestFileWriter
+    from replayer.plan.request_builder import build_request
+    from replayer.plan.schedule import copy_name
+    from replayer.plan.trace_rows import stream_records
+
+    started = time.perf_counter()
+    shards, build, session_header = job.shards, job.build, job.session_header
+    speller = _speller(job.tokenizer, job.block_size) if job.synthesis else None
+    writers = [RequestFileWriter(s.tails_path, s.fields_path) for s in shards]
+    try:
+        rows, shard_of, index_of = _by_row(shards)
+        pending: list[dict[int, tuple]] = [{} for _ in shards]
+        written = [0] * len(shards)
+        at = 0
+        for row, record in stream_records(job.trace_path, np.unique(rows)):
+            while at < len(rows) and rows[at] == row:
+                s, index = int(shard_of[at]), int(index_of[at])
+                at += 1
+                shard = shards[s]
+                plan = shard.plans[index]
+                built = build_request(record, plan, build, speller)
+                headers = [("X-Request-Id", copy_name(record.request_id, plan.copy_index))]
+                if session_header and record.session_id is not None:
+                    headers.append((session_header, copy_name(record.session_id, plan.copy_index)))
+                model = build.model or record.model or build.default_model
+                pending[s][index] = (
+                    built.path, headers, built.body, built.stream, built.requested_completion_tokens, model
+                )  # fmt: skip
+                while written[s] in pending[s]:
+                    writers[s].add(*pending[s].pop(written[s]))
+                    written[s] += 1
+        for writer in writers:
+            writer.close()
+    except BaseException:
+        for writer in writers:
+            writer.abort()
+        raise
+    return Prepared(time.perf_counter() - started, peak_rss_mb(), speller is None)
+
+
+def _by_row(shards: Sequence[Shard]):
+    """(trace rows, shards, plan indices) of every plan as numpy arrays, in trace order then plan
+    order: 24 bytes a plan, where Python tuples would cost about 100."""
+    import numpy as np
+
+    rows = np.concatenate([np.frombuffer(s.rows, np.int64) for s in shards] or [np.empty(0, np.int64)])
+    shard_of = np.repeat(np.arange(len(shards), dtype=np.int64), [len(s.rows) for s in shards])
+    index_of = np.concatenate([np.arange(len(s.rows), dtype=np.int64) for s in shards] or [rows])
+    order = np.lexsort((index_of, shard_of, rows))
+    return rows[order], shard_of[order], index_of[order]
+
+
+def _ignore_sigint() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+
+
+def _speller(tokenizer: str | None, block_size: int):
+    from replayer.plan.prompt_synthesis import BlockSpeller, ExactTextWords
+
+    return BlockSpeller(ExactTextWords(tokenizer), block_size)

@@ -1,0 +1,105 @@
+"""Prompt text from a shape: message token counts plus chained prefix-block hashes.
+
+Block i of a prompt is spelled from a seed equal to its chained hash, so two prompts that shared
+their first k blocks in production share exactly that text here, and prompts that did not, do not
+(blocks without a hash get a seed unique to the request). The words come from a WordSource whose
+words are single tokens (llmreplay.exact_text), so counts stay exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from llmreplay.trace_format import MessageShape
+from replayer.plan.schedule import unit_hash
+
+
+class WordSource(Protocol):
+    def words(self, seed: int, count: int) -> list[str]:
+        """`count` single-token words, deterministic in `seed`; any run of them joins to exactly
+        as many tokens as words."""
+        ...
+
+
+class BlockSpeller:
+    """Spells prompt blocks; caches each block's words because shared prefixes repeat a lot."""
+
+    def __init__(self, source: WordSource, block_size: int, cache_blocks: int = 4096):
+        self.source = source
+        self.block_size = block_size
+        self._cache: dict[int, list[str]] = {}
+        self._cache_blocks = cache_blocks
+
+    def block_words(self, seed: int) -> list[str]:
+        words = self._cache.get(seed)
+        if words is None:
+            words = self.source.words(seed, self.block_size)
+            if len(self._cache) >= self._cache_blocks:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[seed] = words
+        return words
+
+    def messages(
+        self,
+        shapes: Sequence[MessageShape],
+        prompt_tokens: int,
+        block_hashes: Sequence[int],
+        request_key: str,
+        nonce: int,
+    ) -> list[tuple[str, str]]:
+        """(role, text) per message. No message shapes -> one user message of `prompt_tokens`."""
+        if not shapes:
+            shapes = (MessageShape("user", prompt_tokens),)
+        size = self.block_size
+        position = 0
+        out = []
+        for shape in shapes:
+            pieces: list[str] = []
+            remaining = shape.tokens
+            while remaining > 0:
+                block, within = divmod(position, size)
+                take = min(remaining, size - within)
+                seed = (
+                    block_hashes[block]
+                    if block < len(block_hashes)
+                    else unit_hash(0, request_key, str(block))
+                )
+                pieces.extend(self.block_words(seed ^ nonce)[within : within + take])
+                position += take
+                remaining -= take
+            out.append((shape.role, "".join(pieces)))
+        return out
+
+    def text(self, tokens: int, key: str, nonce: int) -> str:
+        """Stand-alone text of `tokens` tokens, shared by nothing else (tool and schema fillers)."""
+        words: list[str] = []
+        block = 0
+        while len(words) < tokens:
+            words.extend(self.block_words(unit_hash(0, key, f"t{block}") ^ nonce))
+            block += 1
+        return "".join(words[:tokens])
+
+
+class ExactTextWords:
+    """WordSource over llmreplay.exact_text: block seed -> the same words ExactText.blocks spells."""
+
+    def __init__(self, tokenizer_spec: str | None):
+        from llmreplay.exact_text import ExactText
+        from llmreplay.tokenizers import load_tokenizer
+
+        self._exact = ExactText(load_tokenizer(tokenizer_spec))
+        self.tokenizer_id = self._exact.tokenizer_id
+
+    def words(self, seed: int, count: int) -> list[str]:
+        vocabulary = self._exact.vocabulary
+        key = (seed & _MASK_63).to_bytes(8, "little")
+        return [vocabulary[i] for i in self._exact.word_indices(count, key)]
+
+
+_MASK_63 = (1 << 63) - 1
+
+
+def copy_nonce(copy_index: int, seed: int) -> int:
+    """Copy k >= 1 of a session spells every block differently from copy 0 (and from copy j != k)."""
+    return 0 if copy_index == 0 else unit_hash(seed, "copy-nonce", str(copy_index)) & _MASK_63

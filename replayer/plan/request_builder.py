@@ -1,0 +1,254 @@
+"""Trace row -> HTTP request (path + pre-serialised JSON body), built before the clock starts.
+
+Content traces send their recorded content; shape traces get synthesized text (prompt_synthesis).
+The output length is forced to the recorded completion length, with engine-specific fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+from llmreplay.errors import BadInput
+from llmreplay.trace_format import TraceRecord
+from replayer.plan.arrays import PlannedRequest
+from replayer.plan.prompt_synthesis import BlockSpeller, copy_nonce
+
+ENDPOINT_PATHS = {
+    "chat_completions": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "embeddings": "/v1/embeddings",
+}
+# Fields that make an engine produce exactly max_tokens tokens (no early EOS). trtllm-serve's
+# OpenAI protocol (tensorrt_llm/serve/openai_protocol.py, read 2026-11) declares `ignore_eos` and
+# `min_tokens` on both ChatCompletionRequest and CompletionRequest, like vLLM and SGLang; its models
+# forbid unknown fields, so nothing else engine-specific may be added for it.
+FORCE_LENGTH_FIELDS = {"vllm", "sglang", "trtllm"}
+CANCEL_HEADROOM_TOKENS = 16
+# Largest prompt a body is built for: beyond any engine's context (a synthesized body of this many
+# tokens is ~50 MB). Checked per row before the clock (replayer.plan.bounds) and again here.
+MAX_PROMPT_TOKENS = 10_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltRequest:
+    path: str
+    body: bytes
+    stream: bool
+    requested_completion_tokens: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class BuildOptions:
+    engine: str  # resolved: vllm | sglang | trtllm | openai
+    model: str | None  # --model: overrides every row
+    default_model: str | None  # the target's first model, for rows without one
+    seed: int = 0
+
+
+def requested_tokens(record: TraceRecord, plan: PlannedRequest) -> int | None:
+    """max_tokens to send: the recorded output length, or room to run past a mirrored cancel."""
+    if plan.cancel_after_tokens is not None:
+        floor = plan.cancel_after_tokens * 2 + CANCEL_HEADROOM_TOKENS
+        return max(record.max_tokens or 0, floor)
+    if record.completion_tokens is not None:
+        return max(1, record.completion_tokens)
+    return record.max_tokens
+
+
+def build_request(
+    record: TraceRecord, plan: PlannedRequest, options: BuildOptions, speller: BlockSpeller | None
+) -> BuiltRequest:
+    path = ENDPOINT_PATHS.get(record.endpoint)
+    if path is None:
+        raise BadInput(f"request {record.request_id}: endpoint {record.endpoint!r} cannot be replayed")
+    model = options.model or record.model or options.default_model
+    if not model:
+        raise BadInput(f"request {record.request_id}: no model in the trace; pass --model")
+    nonce = copy_nonce(plan.copy_index, options.seed)
+    content = _Content(record, plan, speller, nonce)
+    if record.endpoint == "embeddings":
+        body = {"model": model, "input": content.prompt_text()}
+        return BuiltRequest(path, _json_bytes(body), False, None)
+    body: dict = {"model": model}
+    if record.endpoint == "chat_completions":
+        body["messages"] = content.messages()
+        tools = content.tools()
+        if tools:
+            body["tools"] = tools
+            choice = _tool_choice(record.tool_choice, tools)
+            if choice is not None:
+                body["tool_choice"] = choice
+    else:
+        body["prompt"] = content.prompt()
+    response_format = content.response_format()
+    if response_format is not None:
+        body["response_format"] = response_format
+    body["stream"] = record.stream
+    if record.stream:
+        body["stream_options"] = {"include_usage": True}
+    wanted = requested_tokens(record, plan)
+    if wanted is not None:
+        body["max_tokens"] = wanted
+        if options.engine in FORCE_LENGTH_FIELDS:
+            body["ignore_eos"] = True
+            if plan.cancel_after_tokens is None:
+                body["min_tokens"] = wanted
+    for name in ("temperature", "top_p", "n", "seed"):
+        value = getattr(record, name)
+        if value is not None:
+            body[name] = value
+    return BuiltRequest(path, _json_bytes(body), record.stream, wanted)
+
+
+def _json_bytes(obj) -> bytes:
+    """JSON as a right-sized bytes object: orjson returns its growth buffer (measured with orjson
+    3.13: a 4 KB body held a 32 KB allocation), and every body is held until the run starts."""
+    return bytes(memoryview(orjson.dumps(obj)))
+
+
+def _tool_choice(recorded: str | None, tools: list) -> object:
+    if recorded is None:
+        return None
+    if recorded == "function":
+        return {"type": "function", "function": {"name": tools[0]["function"]["name"]}}
+    return recorded
+
+
+class _Content:
+    """Recorded content when the trace has it, else text synthesized from the shape."""
+
+    def __init__(self, record: TraceRecord, plan: PlannedRequest, speller: BlockSpeller | None, nonce: int):
+        self.record = record
+        self.plan = plan
+        self.speller = speller
+        self.nonce = nonce
+        self.has_content = record.content_messages is not None or record.content_prompt is not None
+        if not self.has_content:
+            _check_synthesized_size(record)
+
+    def _need_speller(self) -> BlockSpeller:
+        if self.speller is None:
+            raise BadInput(
+                f"request {self.record.request_id}: a shape-only row needs prompt synthesis, "
+                "which needs llmreplay.exact_text (not available)"
+            )
+        return self.speller
+
+    def _tag(self) -> str:
+        # Copies of recorded content get a per-copy tag in front, so they share no cache prefix with
+        # the original (costs a few prompt tokens).
+        return f"[copy {self.plan.copy_index}:{self.nonce & 0xFFFFFF:06x}] " if self.nonce else ""
+
+    def messages(self) -> list:
+        if self.record.content_messages is not None:
+            messages = _loads(self.record, "content_messages", self.record.content_messages, list)
+            tag = self._tag()
+            if (
+                tag
+                and messages
+                and isinstance(messages[0], dict)
+                and isinstance(messages[0].get("content"), str)
+            ):
+                messages[0] = {**messages[0], "content": tag + messages[0]["content"]}
+            return messages
+        speller = self._need_speller()
+        rec = self.record
+        spelled = speller.messages(
+            rec.messages, rec.prompt_tokens, rec.prefix_block_hashes, rec.request_id, self.nonce
+        )
+        out = []
+        for i, (role, text) in enumerate(spelled):
+            message = {"role": role, "content": text}
+            if role == "tool":
+                message["tool_call_id"] = f"call_{i}"
+            out.append(message)
+        return out
+
+    def prompt(self) -> object:
+        if self.record.content_prompt is not None:
+            prompt = _loads(self.record, "content_prompt", self.record.content_prompt, (str, list))
+            return self._tag() + prompt if isinstance(prompt, str) and self.nonce else prompt
+        return self.prompt_text()
+
+    def prompt_text(self) -> str:
+        if self.record.content_prompt is not None:
+            prompt = self.prompt()
+            return prompt if isinstance(prompt, str) else orjson.dumps(prompt).decode()
+        if self.record.content_messages is not None:
+            return " ".join(str(m.get("content", "")) for m in self.messages() if isinstance(m, dict))
+        return "".join(text for _, text in self._spelled_plain())
+
+    def _spelled_plain(self):
+        rec = self.record
+        speller = self._need_speller()
+        return speller.messages(
+            rec.messages, rec.prompt_tokens, rec.prefix_block_hashes, rec.request_id, self.nonce
+        )
+
+    def tools(self) -> list | None:
+        rec = self.record
+        if rec.content_tools is not None:
+            return _loads(rec, "content_tools", rec.content_tools, list) or None
+        if rec.tools_count <= 0 or self.has_content:
+            return None
+        speller = self._need_speller()
+        per_tool = max(1, rec.tool_definition_tokens // rec.tools_count - 20)  # ~20 tokens of JSON frame
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": f"tool_{i}",
+                    "description": speller.text(per_tool, f"{rec.request_id}/tool{i}", self.nonce),
+                    "parameters": {"type": "object", "properties": {"input": {"type": "string"}}},
+                },
+            }
+            for i in range(rec.tools_count)
+        ]
+
+    def response_format(self) -> dict | None:
+        rec = self.record
+        if rec.content_response_format is not None:
+            return _loads(rec, "content_response_format", rec.content_response_format, dict)
+        if rec.structured_output == "json_object":
+            return {"type": "json_object"}
+        if rec.structured_output == "json_schema":
+            description = ""
+            if rec.schema_tokens > 0 and not self.has_content:
+                description = self._need_speller().text(
+                    rec.schema_tokens, f"{rec.request_id}/schema", self.nonce
+                )
+            schema = {
+                "type": "object",
+                "description": description,
+                "properties": {"answer": {"type": "string"}},
+            }
+            return {"type": "json_schema", "json_schema": {"name": "replay_schema", "schema": schema}}
+        return None
+
+
+def _check_synthesized_size(record: TraceRecord) -> None:
+    """Refuse to synthesize more text than any engine takes: memory grows with every token spelled."""
+    sizes = {
+        "prompt_tokens": record.prompt_tokens,
+        "messages": sum(m.tokens for m in record.messages),
+        "tool_definition_tokens": record.tool_definition_tokens,
+        "schema_tokens": record.schema_tokens,
+    }
+    for name, tokens in sizes.items():
+        if tokens > MAX_PROMPT_TOKENS:
+            raise BadInput(
+                f"request {record.request_id}: {name} of {tokens:,} tokens cannot be replayed "
+                f"(at most {MAX_PROMPT_TOKENS:,}: no engine takes more, and its body would not fit in memory)"
+            )
+
+
+def _loads(record: TraceRecord, column: str, text: str, kind) -> object:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise BadInput(f"request {record.request_id}: column '{column}' is not valid JSON") from None
+    if not isinstance(value, kind):
+        raise BadInput(f"request {record.request_id}: column '{column}' has the wrong JSON type")
+    return value

@@ -1,0 +1,275 @@
+"""Trace rows -> planned requests with due offsets: window, limit, idle-gap cap, speed, load scale.
+
+Pure functions over columns (numpy arrays, one entry per trace row sorted by arrival); no I/O. A
+schedule is columns too, about 50 bytes a planned request: a million requests are planned without
+a million objects (replayer.plan.arrays makes a plan readable one at a time, for the loop).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from llmreplay.durations import format_duration
+from llmreplay.errors import BadInput
+from replayer.config import ScheduleConfig
+from replayer.plan.arrays import NONE, PLAN_COLUMNS, PlanArrays, int64_array
+
+CANCEL_KIND = "client_disconnected"
+MAX_PLANNED_REQUESTS = 100_000_000  # ~50 bytes a plan while planning, more while building bodies
+MAX_OFFSET_NS = 1 << 62  # due offsets and think times after --speed stay far inside int64
+# Trace columns a schedule is planned from (TraceRecord names, `arrival_time` for arrival_time_us).
+INPUT_COLUMNS = (
+    "request_id",
+    "session_id",
+    "arrival_time",
+    "turn_index",
+    "think_time_ns",
+    "stream",
+    "error_kind",
+    "completion_tokens",
+    "e2e_ns",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInput:
+    """The trace columns a schedule needs, by trace row (sorted by arrival); NONE where absent."""
+
+    arrival_time_us: np.ndarray
+    turn_index: np.ndarray
+    think_time_ns: np.ndarray
+    stream: np.ndarray  # bool
+    cancelled: np.ndarray  # bool: production's client disconnected
+    completion_tokens: np.ndarray
+    e2e_ns: np.ndarray
+    session_keys: pa.Array  # strings: the session id, or `req:<request id>` for a row of its own
+
+    def __len__(self) -> int:
+        return len(self.arrival_time_us)
+
+
+def schedule_input(table: pa.Table) -> ScheduleInput:
+    """From a table holding INPUT_COLUMNS (arrival_time as a timestamp or int64 microseconds)."""
+
+    def ints(name: str) -> np.ndarray:
+        column = table.column(name)
+        if pa.types.is_timestamp(column.type):
+            column = column.cast(pa.int64())
+        return np.asarray(pc.fill_null(column.cast(pa.int64()), NONE).to_numpy(), dtype=np.int64)
+
+    def flags(column) -> np.ndarray:
+        return np.asarray(pc.fill_null(column, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+    session = table.column("session_id")
+    keys = pc.if_else(
+        pc.is_valid(session), session, pc.binary_join_element_wise("req:", table.column("request_id"), "")
+    )
+    return ScheduleInput(
+        arrival_time_us=ints("arrival_time"),
+        turn_index=ints("turn_index"),
+        think_time_ns=ints("think_time_ns"),
+        stream=flags(table.column("stream")),
+        cancelled=flags(pc.equal(table.column("error_kind"), CANCEL_KIND)),
+        completion_tokens=ints("completion_tokens"),
+        e2e_ns=ints("e2e_ns"),
+        session_keys=keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """Planned requests by schedule position, sorted by due offset (ties keep trace order)."""
+
+    record_index: np.ndarray  # the trace row (index into the ScheduleInput)
+    copy_index: np.ndarray  # 0, or k for copy k of a session (--scale above 1)
+    scheduled_offset_ns: np.ndarray
+    think_time_ns: np.ndarray  # already divided by speed; NONE: no think time
+    cancel_after_tokens: np.ndarray  # NONE unless production's client left after that many tokens
+    cancel_after_ns: np.ndarray  # NONE unless it left after that long (no token count)
+    idle_removed_ns: int = 0  # time cut out by --max-idle-gap (trace time, before speed)
+    trace_span_ns: int = 0  # first to last selected arrival, after gap removal and speed
+    source_rows: int = 0  # trace rows in the window, before --scale
+
+    def __len__(self) -> int:
+        return len(self.record_index)
+
+    def take(self, positions: np.ndarray) -> Schedule:
+        """The plans at `positions` (a mask or indices), same totals."""
+        columns = {f.name: getattr(self, f.name)[positions] for f in fields(self) if f.name in PLAN_COLUMNS}
+        return Schedule(
+            **columns,
+            idle_removed_ns=self.idle_removed_ns,
+            trace_span_ns=self.trace_span_ns,
+            source_rows=self.source_rows,
+        )
+
+    def plans(self) -> PlanArrays:
+        """The plans as a worker would read them, not linked into sessions."""
+        n = len(self)
+        return PlanArrays(
+            *(int64_array(getattr(self, name)) for name in PLAN_COLUMNS),
+            next_index=int64_array(np.full(n, NONE, np.int64)),
+            follows_previous=bytes(n),
+        )
+
+
+def _empty() -> Schedule:
+    empty = np.empty(0, np.int64)
+    return Schedule(*(empty for _ in PLAN_COLUMNS))
+
+
+def build_schedule(rows: ScheduleInput, config: ScheduleConfig) -> Schedule:
+    """Select, compress, scale time and load; sorted by due offset (ties keep trace order)."""
+    _check(config)
+    if len(rows) == 0:
+        return _empty()
+    offsets_ns = (rows.arrival_time_us - rows.arrival_time_us[0]) * 1000
+    window = np.ones(len(rows), bool)
+    if config.from_offset_ns is not None:
+        window &= offsets_ns >= config.from_offset_ns
+    if config.to_offset_ns is not None:
+        window &= offsets_ns < config.to_offset_ns
+    chosen = np.flatnonzero(window)
+    if config.limit is not None:
+        chosen = chosen[: config.limit]
+    if len(chosen) == 0:
+        return _empty()
+    if config.scale * len(chosen) > MAX_PLANNED_REQUESTS:
+        raise BadInput(
+            f"--scale {config.scale:g}: would plan about {config.scale * len(chosen):,.0f} requests from "
+            f"{len(chosen):,} rows (at most {MAX_PLANNED_REQUESTS:,} fit in memory); lower --scale or cut the window"
+        )
+    compressed, removed_ns = compress_idle_gaps(
+        offsets_ns[chosen] - offsets_ns[chosen[0]], config.max_idle_gap_ns
+    )
+    think = rows.think_time_ns[chosen]
+    cancel_tokens = np.full(len(chosen), NONE, np.int64)
+    cancel_ns = np.full(len(chosen), NONE, np.int64)
+    if config.cancellations:
+        # The user saw N tokens and left: mirror the token count when known, else the elapsed time.
+        cancelled = rows.cancelled[chosen]
+        tokens = rows.completion_tokens[chosen]
+        by_tokens = cancelled & rows.stream[chosen] & (tokens > 0)
+        e2e = rows.e2e_ns[chosen]
+        by_time = cancelled & ~by_tokens & (e2e > 0)
+        cancel_tokens[by_tokens] = tokens[by_tokens]
+        cancel_ns[by_time] = e2e[by_time]
+    due_ns = compressed / config.speed
+    think_ns = np.where(think == NONE, 0, think) / config.speed
+    longest = max(float(due_ns.max()), float(think_ns.max()))
+    if longest > MAX_OFFSET_NS:  # beyond int64 nanoseconds: replay.plan_bounds would never see it
+        raise BadInput(
+            f"--speed {config.speed:g}: the schedule would span {format_duration(round(longest))}; "
+            "cut it with --max-idle-gap, --to or a higher --speed"
+        )
+    base = Schedule(
+        record_index=chosen,
+        copy_index=np.zeros(len(chosen), np.int64),
+        scheduled_offset_ns=np.rint(due_ns).astype(np.int64),
+        think_time_ns=np.where(think == NONE, NONE, np.rint(think_ns)).astype(np.int64),
+        cancel_after_tokens=cancel_tokens,
+        cancel_after_ns=cancel_ns,
+    )
+    scaled = scale_load(base, rows.session_keys, config.scale, config.seed, config.copy_jitter_ns)
+    order = np.argsort(scaled.scheduled_offset_ns, kind="stable")
+    due = scaled.scheduled_offset_ns
+    span = int(due.max() - due.min()) if len(due) else 0
+    sorted_plans = scaled.take(order)
+    return Schedule(
+        **{name: getattr(sorted_plans, name) for name in PLAN_COLUMNS},
+        idle_removed_ns=removed_ns,
+        trace_span_ns=span,
+        source_rows=len(chosen),
+    )
+
+
+def _check(config: ScheduleConfig) -> None:
+    if not (config.speed > 0 and math.isfinite(config.speed)):
+        raise BadInput(f"--speed {config.speed}: must be a finite number greater than 0")
+    if not (config.scale > 0 and math.isfinite(config.scale)):
+        raise BadInput(f"--scale {config.scale}: must be a finite number greater than 0")
+    if config.limit is not None and config.limit < 1:
+        raise BadInput(f"--limit {config.limit}: must be at least 1")
+    if config.max_idle_gap_ns is not None and config.max_idle_gap_ns < 0:
+        raise BadInput("--max-idle-gap: must not be negative")
+    if config.from_offset_ns is not None and config.to_offset_ns is not None:
+        if config.to_offset_ns <= config.from_offset_ns:
+            raise BadInput("--to: must be later than --from")
+
+
+def compress_idle_gaps(offsets_ns: np.ndarray, max_gap_ns: int | None) -> tuple[np.ndarray, int]:
+    """Shorten every gap between consecutive arrivals to at most `max_gap_ns`; returns the time removed."""
+    offsets_ns = np.asarray(offsets_ns, dtype=np.int64)
+    if max_gap_ns is None or len(offsets_ns) == 0:
+        return offsets_ns, 0
+    gaps = np.diff(offsets_ns)
+    removed = np.concatenate(([0], np.cumsum(np.where(gaps > max_gap_ns, gaps - max_gap_ns, 0))))
+    return offsets_ns - removed, int(removed[-1])
+
+
+def copy_name(name: str, copy_index: int) -> str:
+    """A request id or session key of copy k of a session (`#c<k>`; copy 0 keeps the original)."""
+    return name if copy_index == 0 else f"{name}#c{copy_index}"
+
+
+def unit_hash(seed: int, key: str, salt: str = "") -> int:
+    """A stable 64-bit hash of a session key: the basis of every deterministic sampling choice."""
+    digest = hashlib.blake2b(f"{seed}\x00{salt}\x00{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def copies_per_session(session_keys: Sequence[str], scale: float, seed: int) -> dict[str, int]:
+    """How many times each session is sent: exactly round(scale * sessions) sessions in total.
+
+    Whole copies go to every session; the fractional rest goes to the sessions ranking first by
+    seeded hash, so `--scale 0.5` keeps exactly half the sessions and `--scale 2` doubles them.
+    """
+    unique = list(dict.fromkeys(session_keys))
+    whole = int(scale)
+    extra = round((scale - whole) * len(unique))
+    ranked = sorted(unique, key=lambda key: unit_hash(seed, key))
+    lucky = set(ranked[:extra])
+    return {key: whole + (key in lucky) for key in unique}
+
+
+def copy_jitter_ns(seed: int, session_key: str, copy_index: int, bound_ns: int) -> int:
+    """Seeded offset in [-bound, +bound] for copy k >= 1 of a session (copy 0 is never moved)."""
+    if copy_index == 0 or bound_ns == 0:
+        return 0
+    h = unit_hash(seed, session_key, f"jitter{copy_index}")
+    return h % (2 * bound_ns + 1) - bound_ns
+
+
+def scale_load(base: Schedule, session_keys: pa.Array, scale: float, seed: int, bound_ns: int) -> Schedule:
+    """Sample or copy whole sessions; copy k of a session is shifted as a block (and named `#c<k>`).
+
+    Copies follow their original in plan order. The session keys of the planned rows are held as
+    strings for the while (hashing needs them): --scale costs some memory while planning."""
+    if scale == 1.0:
+        return base
+    keys = session_keys.take(pa.array(base.record_index)).to_pylist()
+    per_session = copies_per_session(keys, scale, seed)
+    counts = np.fromiter((per_session[key] for key in keys), np.int64, len(keys))
+    source = np.repeat(np.arange(len(keys)), counts)
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    copy_index = np.arange(len(source)) - starts
+    offsets = base.scheduled_offset_ns[source].copy()
+    for position in np.flatnonzero(copy_index).tolist():
+        jitter = copy_jitter_ns(seed, keys[source[position]], int(copy_index[position]), bound_ns)
+        offsets[position] = max(0, int(offsets[position]) + jitter)
+    copies = base.take(source)
+    return Schedule(
+        record_index=copies.record_index,
+        copy_index=copy_index,
+        scheduled_offset_ns=offsets,
+        think_time_ns=copies.think_time_ns,
+        cancel_after_tokens=copies.cancel_after_tokens,
+        cancel_after_ns=copies.cancel_after_ns,
+    )

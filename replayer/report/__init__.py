@@ -1,0 +1,1 @@
+"""Rendering a comparison: terminal, HTML and its SVG charts."""

@@ -1,0 +1,180 @@
+"""The terminal report of a comparison (or of one run): verdicts first, then the numbers, with rich.
+
+Renders the dict built by replayer.compare.sides; computes nothing of its own.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from llmreplay.metrics import LATENCY_METRICS, PERCENTILES
+
+VERDICT_STYLES = {
+    "pass": "green",
+    "no_change": "green",
+    "improvement": "bold green",
+    "regression": "bold red",
+    "breach": "bold red",
+    "unfaithful": "bold red",
+    "inconclusive": "yellow",
+    "different_load": "yellow",
+    "no_data": "dim",
+}
+VERDICT_WORDS = {"no_change": "no change", "different_load": "not compared", "no_data": "no data"}
+STATUS_STYLES = {"ok": "green", "warn": "yellow", "fail": "bold red", "info": "dim"}
+
+
+def render_terminal(result: dict, console: Console) -> None:
+    _headline(result, console)
+    if result["mode"] == "compare":
+        _latency_comparison(result, console)
+    else:
+        _latency_single(result, console)
+    _slos_and_goodput(result, console)
+    _errors(result, console)
+    _fidelity(result, console)
+    _footer(result, console)
+
+
+def _styled(verdict: str) -> str:
+    style = VERDICT_STYLES.get(verdict, "")
+    word = VERDICT_WORDS.get(verdict, verdict)
+    return f"[{style}]{word}[/]" if style else word
+
+
+def _ms(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}" if value >= 1 else f"{value:.2f}"
+
+
+def _headline(result: dict, console: Console) -> None:
+    """The verdict in one line first; then what was compared and any sample-size warning."""
+    verdict = result["verdict"]
+    style = "bold green" if verdict["status"] == "pass" else "bold red"
+    word, _, rest = verdict["headline"].partition(": ")
+    console.print(f"[{style}]{word}[/]: {escape(rest)}", soft_wrap=True)
+    sides = result["sides"]
+    names = " vs ".join(f"{label} {side['path']} ({side['kind']})" for label, side in sides.items())
+    console.print(f"[dim]llmreplay {result['mode']}: {escape(names)}[/]", soft_wrap=True)
+    for warning in result.get("warnings") or ():
+        console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+
+
+def _latency_comparison(result: dict, console: Console) -> None:
+    tolerance = result["tolerance"]
+    level = f"{result['interval_confidence']:.2%}"
+    table = Table(
+        title=f"Latency, baseline -> candidate (ms; ratio [{level} paired-bootstrap CI]; tolerance ±{tolerance:.0%})"
+    )
+    table.add_column("metric")
+    for q in PERCENTILES:
+        table.add_column(f"p{q}")
+    for metric in LATENCY_METRICS:
+        row = result["latency"][metric]
+        cells = [f"{metric} (n {row['baseline']['count']:,}/{row['candidate']['count']:,})"]
+        for q in PERCENTILES:
+            cmp_row = row["comparison"][f"p{q}"]
+            b, c = row["baseline"][f"p{q}_ms"], row["candidate"][f"p{q}_ms"]
+            ratio = "" if cmp_row["ratio"] is None else f"{cmp_row['ratio']:.2f}x"
+            ci = "" if cmp_row["ci_low"] is None else f" [{cmp_row['ci_low']:.2f}-{cmp_row['ci_high']:.2f}]"
+            few = " [dim](few)[/]" if cmp_row.get("few_samples") else ""
+            cells.append(f"{_ms(b)} -> {_ms(c)}\n{ratio}{ci}\n{_styled(cmp_row['verdict'])}{few}")
+        table.add_row(*cells)
+    console.print(table)
+    paired = result.get("paired") or {}
+    if paired.get("pairs"):
+        lines = []
+        for metric, row in paired["metrics"].items():
+            if row.get("count"):
+                lines.append(
+                    f"{metric}: ratio p10 {row['p10']:.2f} p50 {row['p50']:.2f} p90 {row['p90']:.2f} "
+                    f"p99 {row['p99']:.2f}; slower {row['share_slower']:.0%}, faster {row['share_faster']:.0%}"
+                )
+        console.print(
+            f"[bold]Paired per request[/] ({paired['pairs']:,} pairs, candidate/baseline): "
+            + "; ".join(lines)
+        )
+
+
+def _latency_single(result: dict, console: Console) -> None:
+    (label,) = result["sides"]
+    table = Table(title="Latency (ms)")
+    for column in ("metric", "count", *(f"p{q}" for q in PERCENTILES)):
+        table.add_column(column)
+    for metric in LATENCY_METRICS:
+        row = result["latency"][metric][label]
+        table.add_row(metric, f"{row['count']:,}", *(_ms(row[f"p{q}_ms"]) for q in PERCENTILES))
+    console.print(table)
+
+
+def _slos_and_goodput(result: dict, console: Console) -> None:
+    if not result["slos"]:
+        return
+    table = Table(title="SLOs (percentile thresholds) and goodput (requests meeting every per-request SLO)")
+    labels = list(result["sides"])
+    b_label = "baseline" if len(labels) == 2 else None
+    for column in ("SLO", "baseline", labels[-1], "verdict"):
+        table.add_column(column)
+    for slo in result["slos"]:
+        table.add_row(slo["slo"], _ms(slo["baseline_ms"]), _ms(slo["candidate_ms"]), _styled(slo["verdict"]))
+    goodput = result["goodput"]
+    b_text = _goodput_text(goodput.get(b_label)) if b_label else ""
+    table.add_row("goodput", b_text, _goodput_text(goodput.get(labels[-1])), "")
+    console.print(table)
+
+
+def _goodput_text(good: dict | None) -> str:
+    if not good or good["share"] is None:
+        return "-"
+    rate = "" if good["rate_per_s"] is None else f", {good['rate_per_s']:.2f} req/s"
+    return f"{good['share']:.1%}{rate}"
+
+
+def _errors(result: dict, console: Console) -> None:
+    errors = result["errors"]
+    parts = []
+    for label in result["sides"]:
+        side = errors.get(label)
+        if side is None:
+            continue
+        rate = "-" if side["error_rate"] is None else f"{side['error_rate']:.2%}"
+        kinds = ", ".join(f"{k} {v}" for k, v in side["by_kind"].items()) or "none"
+        parts.append(f"{label}: error rate {rate} ({kinds})")
+    comparison = errors.get("comparison")
+    suffix = f" -> {_styled(comparison['verdict'])}" if comparison else ""
+    console.print("[bold]Errors[/] " + escape("; ".join(parts)) + suffix)
+    for label in result["sides"]:
+        for message in (errors.get(label) or {}).get("top_messages", ()):
+            status = "" if message["status"] is None else f" {message['status']}"
+            text = message["message"] or "(no message)"
+            console.print(
+                f"  {escape(label)}: {message['count']:,} x {escape(message['kind'] or '')}{status}: {escape(text)}",
+                soft_wrap=True,
+            )
+
+
+def _fidelity(result: dict, console: Console) -> None:
+    checks = result["fidelity"]["checks"]
+    notable = [c for c in checks if c["status"] in ("warn", "fail")]
+    if not checks:
+        return
+    if not notable:
+        console.print(f"[bold]Fidelity[/]: all {len(checks)} checks ok")
+        return
+    for check in notable:
+        style = STATUS_STYLES[check["status"]]
+        console.print(
+            f"[bold]Fidelity[/] [{style}]{check['status']}[/] {escape(check['check'])}: {escape(check['detail'])}",
+            soft_wrap=True,
+        )
+
+
+def _footer(result: dict, console: Console) -> None:
+    domains = result["clock_domains"]
+    for label in result["sides"]:
+        console.print(f"[dim]{label}: {domains.get(label, '')}[/]")
+    if domains.get("note"):
+        console.print(f"[dim]note: {domains['note']}[/]")

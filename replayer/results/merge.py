@@ -1,0 +1,278 @@
+"""Loop records -> results.parquet rows (RESULT_SCHEMA), token fallback, atomic file writes.
+
+Runs in the coordinator after the workers' loops have stopped (never on a loop); the tokenizer
+for answers without usage is loaded here, and only when some answer needs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from llmreplay.run_format import RESULT_SCHEMA
+from llmreplay.sse import SSESplitter
+from replayer.loop.request_file import RequestFields, read_fields, tail_body
+from replayer.loop.result_spool import outcome_of, read_spool
+from replayer.loop.runner import Sent
+from replayer.plan.arrays import PlanArrays
+from replayer.plan.schedule import copy_name
+from replayer.plan.trace_rows import TraceRows
+from replayer.results.sorted_rows import SortedResultsWriter, bucket_bounds
+
+ROWS_PER_BATCH = 2_000  # rows become Arrow this many at a time: a dict row with its chunk offsets is ~8 KB
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPart:
+    """One worker's hand-off files and the plans its results refer to by index."""
+
+    worker: int
+    results_path: Path  # replayer.loop.result_spool file; absent when the worker never finished
+    fields_path: Path
+    tails_path: Path
+    plans: PlanArrays
+
+
+class Requests:
+    """What was sent for a worker's requests: its fields, and a body read back only when asked for."""
+
+    def __init__(self, fields: RequestFields, tails_path: Path):
+        self.fields = fields
+        self._tails_path = tails_path
+
+    def body(self, index: int) -> bytes:
+        offset, length = self.fields.span(index)
+        with open(self._tails_path, "rb") as handle:
+            handle.seek(offset)
+            return tail_body(handle.read(length))
+
+
+def merge_worker_results(
+    parts: Sequence[WorkerPart],
+    trace: TraceRows,
+    start_ns: int | None,
+    tokenizer: str | None,
+    path: Path,
+    spill_dir: Path,
+) -> int:
+    """Write every worker's results to `path` (results.parquet), sorted by schedule; returns the rows.
+    `trace`: the trace rows plan.record_index refers to. Holds a batch of rows and one bucket of the
+    sort at a time (replayer.results.sorted_rows), not the run.
+
+    A worker that never started or died leaves no results file: its requests are simply absent."""
+    count_tokens = _LazyTokenCounter(tokenizer)
+    anchor_unix_ns, anchor_mono_ns = time.time_ns(), time.perf_counter_ns()
+    bounds = bucket_bounds(part.plans.scheduled_offset_ns for part in parts)
+    writer = SortedResultsWriter(path, RESULT_SCHEMA, bounds, spill_dir)
+    try:
+        for part in parts:
+            if not part.results_path.exists():
+                continue
+            built = Requests(read_fields(part.fields_path), part.tails_path)
+            for batch in _sent_batches(part):
+                rows = result_rows(
+                    batch,
+                    trace.records([item.plan.record_index for item in batch]),
+                    built,
+                    part.worker,
+                    start_ns or 0,
+                    anchor_unix_ns,
+                    anchor_mono_ns,
+                    count_tokens,
+                )
+                writer.write(rows_to_table(rows))
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return writer.rows
+
+
+def _sent_batches(part: WorkerPart) -> Iterator[list[Sent]]:
+    """A worker's spooled results as Sent, about ROWS_PER_BATCH at a time."""
+    batch: list[Sent] = []
+    for frame in read_spool(part.results_path):
+        for values in frame:
+            out = outcome_of(values)
+            batch.append(Sent(part.plans[values[0]], values[1], out, shed=out is None))
+        if len(batch) >= ROWS_PER_BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class _LazyTokenCounter:
+    """Loads the tokenizer the first time an answer without usage needs it (seldom: servers report usage)."""
+
+    def __init__(self, tokenizer: str | None):
+        self._tokenizer = tokenizer
+        self._count: Callable[[str], int] | None = None
+
+    def __call__(self, text: str) -> int:
+        if self._count is None:
+            from llmreplay.tokenizers import load_tokenizer
+
+            self._count = load_tokenizer(self._tokenizer).count
+        return self._count(text)
+
+
+def result_rows(
+    sent: Sequence[Sent],
+    records: Sequence[dict],
+    built: Requests,
+    worker: int,
+    start_ns: int,
+    anchor_unix_ns: int,
+    anchor_mono_ns: int,
+    count_tokens=None,
+) -> list[dict]:
+    """One dict per request; `records[i]`: the trace row of `sent[i]` (a dict of its columns);
+    `count_tokens(text) -> int` fills in counts the server did not report."""
+    fields = built.fields
+    rows = []
+    for item, record in zip(sent, records, strict=True):
+        plan = item.plan
+        scheduled_abs = start_ns + plan.scheduled_offset_ns
+        row = {
+            "request_id": copy_name(record["request_id"], plan.copy_index),
+            "session_id": None
+            if record["session_id"] is None
+            else copy_name(record["session_id"], plan.copy_index),
+            "turn_index": record["turn_index"],
+            "parent_request_id": record["parent_request_id"],
+            "arrival_time": record["arrival_time"],
+            "endpoint": record["endpoint"],
+            "model": fields.model(plan.index),
+            "stream": record["stream"],
+            "tools_count": record["tools_count"],
+            "tool_choice": record["tool_choice"],
+            "structured_output": record["structured_output"],
+            "max_tokens": record["max_tokens"],
+            "source_request_id": record["request_id"],
+            "copy_index": plan.copy_index,
+            "worker": worker,
+            "scheduled_offset_ns": plan.scheduled_offset_ns,
+            "session_wait_ns": max(0, item.due_ns - scheduled_abs),
+            "recorded_prompt_tokens": record["prompt_tokens"],
+            "recorded_completion_tokens": record["completion_tokens"],
+            "requested_completion_tokens": fields.requested(plan.index),
+        }
+        if item.shed:
+            row["error_kind"] = "shed_by_client"
+        else:
+            _measured(row, item, built, start_ns, anchor_unix_ns, anchor_mono_ns, count_tokens)
+        rows.append(row)
+    return rows
+
+
+def _measured(row, item: Sent, built: Requests, start_ns, anchor_unix_ns, anchor_mono_ns, count_tokens):
+    out = item.outcome
+    row.update(
+        http_status=out.http_status,
+        error_kind=out.error_kind,
+        error_detail=None if out.error_kind is None else out.error_detail,  # scrubbed by the worker's spool
+        retry_after_ms=out.retry_after_ms,
+        tool_calls_count=out.tool_calls_count,
+        ttfb_ns=out.ttfb_ns,
+        ttft_ns=out.ttft_ns,
+        e2e_ns=out.e2e_ns,
+        chunk_offsets_ns=None if out.chunk_offsets_ns is None else list(out.chunk_offsets_ns),
+        finish_reason=out.finish_reason,
+        sent_offset_ns=out.sent_ns - start_ns,
+        dispatch_lag_ns=out.sent_ns - item.due_ns,
+        sent_time=(anchor_unix_ns + (out.sent_ns - anchor_mono_ns)) // 1000,
+    )
+    usage = out.usage
+    if usage is not None:
+        details = usage.get("prompt_tokens_details")
+        row.update(
+            prompt_tokens=_int(usage.get("prompt_tokens")),
+            completion_tokens=_int(usage.get("completion_tokens")),
+            cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, dict) else None,
+            token_source="server_usage",
+        )
+    elif out.response_text_bytes is not None and count_tokens is not None:
+        index = item.plan.index
+        row.update(
+            prompt_tokens=count_tokens(prompt_text(built.body(index))),
+            completion_tokens=count_tokens(
+                response_text(out.response_text_bytes, built.fields.streams[index])
+            ),
+            token_source="tokenizer",
+        )
+
+
+def _int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def prompt_text(body: bytes) -> str:
+    """The text the prompt is made of (message contents joined), for the tokenizer fallback."""
+    obj = orjson.loads(body)
+    if "messages" in obj:
+        return "\n".join(m["content"] for m in obj["messages"] if isinstance(m.get("content"), str))
+    prompt = obj.get("prompt", obj.get("input", ""))
+    return prompt if isinstance(prompt, str) else json.dumps(prompt)
+
+
+def response_text(raw: Sequence[bytes], stream: bool) -> str:
+    """Generated text of choice 0 from a raw SSE stream or JSON body."""
+    if not stream:
+        obj = _json_or_none(b"".join(raw))
+        choice = (obj or {}).get("choices", [{}])[0]
+        return (choice.get("message") or {}).get("content") or choice.get("text") or ""
+    splitter = SSESplitter()
+    payloads = [p for chunk in raw for p in splitter.feed(chunk)] + splitter.finish()
+    pieces = []
+    for payload in payloads:
+        obj = _json_or_none(payload)
+        for choice in (obj or {}).get("choices") or ():
+            delta = choice.get("delta") or choice
+            text = delta.get("content") or delta.get("text")
+            if isinstance(text, str) and choice.get("index", 0) == 0:
+                pieces.append(text)
+    return "".join(pieces)
+
+
+def _json_or_none(data: bytes):
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def rows_to_table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=RESULT_SCHEMA)
+
+
+def write_parquet_atomic(path: Path, table: pa.Table) -> None:
+    """Write under a temporary name, fsync, rename: the file exists only when complete."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_bytes(
+            orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+        )
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

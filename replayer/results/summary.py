@@ -1,0 +1,201 @@
+"""The end-of-run summary: latency percentiles (from the send and from the schedule), throughput,
+errors by kind with their commonest messages, and the run's verdict — the same checks `report`
+makes (replayer.compare.run_fidelity, replayer.compare.error_gate, replayer.compare.verdict). Pure over the results
+table, plus printers; `--quiet` prints the verdict line alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from rich.markup import escape
+
+from llmreplay.metrics import PERCENTILES, itl_values_ns, latency_summary_ms, percentiles, success_mask
+from replayer.compare import run_fidelity
+from replayer.compare.error_gate import commonest_messages, engine_error_mask, error_counts, error_rate_check
+from replayer.compare.gate_limits import MAX_ERROR_RATE, FidelityLimits
+from replayer.compare.verdict import verdict
+from replayer.results.percentiles import streamed_percentiles
+
+LAG_PERCENTILES = (50, 90, 99)
+# The per-request columns `summarize_file` reads whole; the chunk offsets are streamed for the ITL.
+COLUMNS = tuple(
+    dict.fromkeys(
+        (
+            *run_fidelity.FACT_COLUMNS,
+            "session_wait_ns",
+            "ttft_ns",
+            "e2e_ns",
+            "completion_tokens",
+            "error_detail",
+        )
+    )
+)
+ITL_BATCH_ROWS = 4096  # ~150 chunks a row: a few MB a batch
+
+
+def _ns_array(table: pa.Table, name: str) -> np.ndarray:
+    return np.asarray(pc.cast(table.column(name), pa.float64()).to_numpy(zero_copy_only=False), dtype=float)
+
+
+def from_schedule(table: pa.Table) -> pa.Table:
+    """TTFT and E2E measured from the due time instead of the send (coordinated-omission view)."""
+    lag = pc.fill_null(table.column("dispatch_lag_ns"), 0)
+    out = table
+    for name in ("ttft_ns", "e2e_ns"):
+        index = out.schema.get_field_index(name)
+        out = out.set_column(index, name, pc.add(out.column(name), lag))
+    return out
+
+
+def summarize_file(
+    path: Path,
+    limits: FidelityLimits | None = None,
+    max_error_rate: float = MAX_ERROR_RATE,
+    never_attempted: int = 0,
+    stop_reason: str | None = None,
+) -> dict:
+    """`summarize` of a run's results file, holding its per-request columns but not every
+    inter-chunk gap (the ITL percentiles are computed in passes over the file, exactly)."""
+    table = pq.read_table(path, columns=list(COLUMNS))
+    return summarize(table, limits, max_error_rate, never_attempted, stop_reason, itl_summary_ms(path))
+
+
+def itl_summary_ms(path: Path) -> dict:
+    """The ITL entry of latency_summary_ms for the sent requests of a results file, streamed."""
+
+    def passes():
+        columns = ["sent_offset_ns", "error_kind", "http_status", "chunk_offsets_ns"]
+        for batch in pq.ParquetFile(path).iter_batches(ITL_BATCH_ROWS, columns=columns):
+            table = pa.Table.from_batches([batch])
+            yield itl_values_ns(table.filter(pc.is_valid(table.column("sent_offset_ns"))))
+
+    count, points = streamed_percentiles(passes, PERCENTILES, scale=1e6)
+    return {"count": count, **points}
+
+
+def summarize(
+    table: pa.Table,
+    limits: FidelityLimits | None = None,
+    max_error_rate: float = MAX_ERROR_RATE,
+    never_attempted: int = 0,
+    stop_reason: str | None = None,
+    itl_ms: dict | None = None,
+) -> dict:
+    """Everything the summary prints, as JSON-able values (ms for times). `never_attempted`: planned
+    requests without a row (the run stopped before their time); `itl_ms`: see
+    llmreplay.metrics.latency_summary_ms."""
+    limits = limits or FidelityLimits()
+    sent = pc.is_valid(table.column("sent_offset_ns"))
+    sent_table = table.filter(sent)
+    ok = success_mask(sent_table)
+    errors = pc.value_counts(pc.drop_null(table.column("error_kind"))).to_pylist()
+    lag_ms = _ns_array(sent_table, "dispatch_lag_ns") / 1e6
+    wait_ms = _ns_array(sent_table, "session_wait_ns") / 1e6
+    start = _ns_array(sent_table, "sent_offset_ns")
+    end = start + np.nan_to_num(_ns_array(sent_table, "e2e_ns"))
+    span_s = float((end.max() - start.min()) / 1e9) if len(start) else 0.0
+    completion = _ns_array(sent_table, "completion_tokens")[ok]
+    lag = {**percentiles(lag_ms, LAG_PERCENTILES), "max": float(lag_ms.max()) if len(lag_ms) else None}
+    facts = run_fidelity.run_facts(table, never_attempted, stop_reason)
+    fidelity = run_fidelity.run_checks("run", facts, limits)
+    kinds = np.array(table.column("error_kind").to_pylist(), dtype=object)
+    counts = error_counts(kinds, facts.sent, facts.success)
+    gate = error_rate_check("run", counts, max_error_rate)
+    failed = engine_error_mask(kinds, facts.sent, facts.success)
+    top = commonest_messages(
+        kinds,
+        _ns_array(table, "http_status"),
+        np.array(table.column("error_detail").to_pylist(), dtype=object),
+        failed,
+    )
+    run_verdict = verdict(
+        "replay",
+        fidelity,
+        [gate],
+        [],
+        {"run": {"successful": int(facts.success.sum()), "requests": facts.planned}},
+    )
+    return {
+        "requests": table.num_rows,
+        "planned": facts.planned,  # rows + planned requests the run never got to
+        "sent": int(sent_table.num_rows),
+        "succeeded": int(ok.sum()),
+        "stop_reason": stop_reason,
+        "errors": {e["values"]: int(e["counts"]) for e in errors},
+        "error_rate": counts["error_rate"],
+        "top_errors": top,
+        "span_s": round(span_s, 3),
+        "throughput": {
+            "requests_per_s": round(ok.sum() / span_s, 3) if span_s > 0 else None,
+            "output_tokens_per_s": round(float(np.nansum(completion)) / span_s, 1) if span_s > 0 else None,
+        },
+        "latency_ms": latency_summary_ms(sent_table, itl_ms=itl_ms),
+        "latency_from_schedule_ms": latency_summary_ms(from_schedule(sent_table), itl_ms=itl_ms),
+        "dispatch_lag_ms": lag,
+        "session_wait_ms": percentiles(wait_ms, LAG_PERCENTILES),
+        "max_dispatch_lag_ms": limits.max_dispatch_lag_p99_ns / 1e6,
+        "max_error_rate": max_error_rate,
+        "checks": [*fidelity, gate],
+        "verdict": run_verdict,
+    }
+
+
+def print_summary(summary: dict, console) -> None:
+    from rich.table import Table
+
+    table = Table(title="llmreplay replay", show_header=True)
+    table.add_column("metric")
+    for q in ("count", "p50", "p90", "p99"):
+        table.add_column(q, justify="right")
+    for view, key in (("", "latency_ms"), (" (from schedule)", "latency_from_schedule_ms")):
+        for name, values in summary[key].items():
+            if view and name in ("itl", "tpot"):
+                continue  # gaps do not depend on when the request was sent
+            table.add_row(
+                f"{name.upper()} ms{view}",
+                str(values["count"]),
+                *(_fmt(values[q]) for q in ("p50", "p90", "p99")),
+            )
+    lag = summary["dispatch_lag_ms"]
+    table.add_row(
+        "dispatch lag ms", str(summary["sent"]), _fmt(lag["p50"]), _fmt(lag["p90"]), _fmt(lag["p99"])
+    )
+    console.print(table)
+    tp = summary["throughput"]
+    stopped = ""
+    if summary["stop_reason"] not in (None, *run_fidelity.FINISHED_REASONS):
+        stopped = f"; {summary['stop_reason']} after {summary['sent']} of {summary['planned']} requests"
+    console.print(
+        f"sent {summary['sent']} of {summary['planned']}, succeeded {summary['succeeded']} in {summary['span_s']} s: "
+        f"{tp['requests_per_s']} req/s, {tp['output_tokens_per_s']} output tokens/s; max dispatch lag "
+        f"{_fmt(lag['max'])} ms{stopped}"
+    )
+    if summary["errors"]:
+        console.print("errors: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["errors"].items())))
+    for message in summary["top_errors"]:
+        status = "" if message["status"] is None else f" {message['status']}"
+        console.print(
+            f"  {message['count']} x {message['kind']}{status}: {escape(message['message'] or '(no message)')}",
+            soft_wrap=True,
+        )
+    for check in summary["checks"]:
+        if check["status"] == run_fidelity.FAIL:
+            console.print(f"[red]x[/] {escape(check['check'])}: {escape(check['detail'])}", soft_wrap=True)
+    print_verdict(summary, console)
+
+
+def print_verdict(summary: dict, console) -> None:
+    """The run's verdict in one line (all `--quiet` prints)."""
+    verdict_ = summary["verdict"]
+    word, _, rest = verdict_["headline"].partition(": ")
+    style = "bold green" if verdict_["status"] == "pass" else "bold red"
+    console.print(f"[{style}]{word}[/]: {escape(rest)}", soft_wrap=True)
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
