@@ -1,7 +1,7 @@
 """Deterministic text of exactly n tokens under a given tokenizer (anonymized and synthesized prompts).
 
-Text is a run of Faker words, each one token with its leading space, checked per tokenizer not to
-merge with its neighbours, so n words are n tokens. Imports only the core tokenizer protocol.
+Text is a run of words, each one token with its leading space and checked not to merge with its
+neighbours, so n words are n tokens: Faker's words first, then the tokenizer's own word tokens.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ MIN_VOCABULARY_WORDS = 1024  # below this, chance collisions between unrelated t
 _WORDS_PER_DIGEST = 32  # a 64-byte BLAKE2b digest holds 32 little-endian uint16 indices
 _UNPACK_DIGEST = struct.Struct(f"<{_WORDS_PER_DIGEST}H").unpack
 _VERIFY_SHUFFLES = 4
+_SPARE_WORDS = 512  # own words taken beyond the need, for those the merge check drops
 
 _vocabularies: dict[tuple[str, str], tuple[tuple[str, ...], tuple[int, ...]]] = {}
 _vocabularies_lock = threading.Lock()
@@ -45,27 +46,58 @@ def single_token_vocabulary(
 ) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """The words (with a leading space) that are one token each and concatenate without merging.
 
-    Checked against the tokenizer itself: each word alone, then the whole vocabulary concatenated
-    in several shuffled orders must encode to exactly the words' own ids. Returns (words, ids).
+    `words` are preferred; the tokenizer's own word tokens fill the rest, so any vocabulary of 32k
+    or more entries yields a full set. Every word is checked against the tokenizer. Returns (words, ids).
     """
-    single: dict[str, int] = {}
-    for word in words:
-        ids = tokenizer.encode(" " + word)
-        if len(ids) == 1 and tokenizer.decode(ids) == " " + word:
-            single[" " + word] = ids[0]
-    # A fixed pseudo-random order spreads the kept words over all source lists (not just "a..d").
-    ordered = sorted(single, key=lambda w: hashlib.blake2b(w.encode(), digest_size=8).digest())
+    preferred = _single_tokens(tokenizer, words)
+    vocabulary = {}
+    if len(preferred) < MAX_VOCABULARY_WORDS:
+        own = (w for w in _hash_order(vocabulary_words(tokenizer)) if " " + w not in preferred)
+        vocabulary = _single_tokens(tokenizer, own, limit=MAX_VOCABULARY_WORDS - len(preferred) + _SPARE_WORDS)
+    single = preferred | vocabulary
+    # A fixed pseudo-random order spreads the kept words over all sources (not just "a..d").
+    ordered = _hash_order(preferred) + _hash_order(vocabulary)
     kept = _drop_merging_words(tokenizer, ordered, single)
     size = MAX_VOCABULARY_WORDS
     while size > len(kept):
         size //= 2
     if size < MIN_VOCABULARY_WORDS:
         raise BadInput(
-            f"tokenizer {tokenizer.id}: only {len(kept)} Faker words are single tokens that do not merge "
-            f"(need {MIN_VOCABULARY_WORDS}); exact-length text cannot be built for it"
+            f"tokenizer {tokenizer.id}: only {len(kept)} words (Faker's and its own) are single tokens that "
+            f"do not merge (need {MIN_VOCABULARY_WORDS}); exact-length text cannot be built for it"
         )
     chosen = tuple(kept[:size])
     return chosen, tuple(single[w] for w in chosen)
+
+
+def vocabulary_words(tokenizer: Tokenizer) -> list[str]:
+    """The tokenizer's tokens that decode to a lowercase ASCII word (leading space stripped)."""
+    found = set()
+    for token_id in range(tokenizer.vocab_size()):
+        try:
+            word = tokenizer.decode([token_id]).strip(" ")
+        except Exception:  # noqa: BLE001 (special or unused ids some tokenizers refuse to decode alone)
+            continue
+        if len(word) >= 2 and word.isascii() and word.isalpha() and word.islower():
+            found.add(word)
+    return sorted(found)
+
+
+def _single_tokens(tokenizer: Tokenizer, words, limit: int | None = None) -> dict[str, int]:
+    """" word" -> its id, for the words that encode to one token and decode back to themselves."""
+    single: dict[str, int] = {}
+    for word in words:
+        ids = tokenizer.encode(" " + word)
+        # SentencePiece-style decoders drop the leading space of a text's first token.
+        if len(ids) == 1 and tokenizer.decode(ids).lstrip(" ") == word:
+            single[" " + word] = ids[0]
+            if limit is not None and len(single) >= limit:
+                break
+    return single
+
+
+def _hash_order(words) -> list[str]:
+    return sorted(words, key=lambda w: hashlib.blake2b(w.encode(), digest_size=8).digest())
 
 
 def _drop_merging_words(tokenizer: Tokenizer, ordered: list[str], ids: dict[str, int]) -> list[str]:

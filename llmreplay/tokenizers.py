@@ -28,6 +28,8 @@ class Tokenizer(Protocol):
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]: ...
 
+    def vocab_size(self) -> int: ...
+
 
 class TekkenTokenizer:
     """Mistral's Tekken BPE (tiktoken-based, 131k vocabulary), as used by Mistral NeMo and later."""
@@ -55,6 +57,9 @@ class TekkenTokenizer:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [self.encode(text) for text in texts]
 
+    def vocab_size(self) -> int:
+        return self._tekken.n_words
+
 
 class TiktokenTokenizer:
     """A tiktoken encoding by name (it must be available offline: cached or from a plugin package)."""
@@ -74,6 +79,9 @@ class TiktokenTokenizer:
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return self._encoding.encode_ordinary_batch(texts)
+
+    def vocab_size(self) -> int:
+        return self._encoding.n_vocab
 
 
 class HuggingFaceTokenizer:
@@ -97,6 +105,9 @@ class HuggingFaceTokenizer:
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [e.ids for e in self._tokenizer.encode_batch(texts, add_special_tokens=False)]
+
+    def vocab_size(self) -> int:
+        return self._tokenizer.get_vocab_size(with_added_tokens=True)
 
 
 def _tekken_path() -> Path:

@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmreplay.errors import BadInput
 from llmreplay.exact_text import ExactText, faker_words
 from llmreplay.tokenizers import load_tokenizer
 
@@ -114,9 +113,11 @@ def test_blocks_rejects_wrong_hash_count(exact):
     assert exact.blocks([], 512, 0) == ""
 
 
-def test_too_few_single_token_words_is_bad_input(tekken):
-    with pytest.raises(BadInput, match="single tokens"):
-        ExactText(tekken, words=["hello", "world", "dolor"])
+def test_too_few_preferred_words_are_filled_from_the_tokenizers_own(tekken):
+    generator = ExactText(tekken, words=["hello", "world", "dolor"])
+    assert len(generator.vocabulary) == 4096
+    assert {" hello", " world", " dolor"} <= set(generator.vocabulary)
+    assert tekken.count(generator.text(5000, b"k")) == 5000
 
 
 def test_custom_word_list_is_filtered_and_cached_separately(tekken):
