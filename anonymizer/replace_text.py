@@ -1,6 +1,6 @@
 """Keyed, prefix-preserving replacement of chat messages, completions prompts and responses.
 
-Message tokens are counted as llmreplay.chat_text defines for every stage. Text is replaced chunk
+Message tokens are counted as llmreplay.openai_wire.message_text defines for every stage. Text is replaced chunk
 by chunk (chunks end at global positions that are multiples of GRANULARITY_TOKENS, which divides the
 block size, and at message ends); a chunk's words are a keyed function of every original token and
 role before its end, so equal prefixes stay equal and different ones differ from their first
@@ -23,7 +23,7 @@ import orjson
 from anonymizer.fakes import Fakes
 from anonymizer.media import png_data_url, silent_wav_base64
 from anonymizer.tools_schema import JsonTemplate, Slot, fit_value, json_text_template
-from llmreplay.chat_text import message_text, text_parts
+from llmreplay.openai_wire.message_text import message_text, text_parts
 
 GRANULARITY_TOKENS = 16  # at most 32: one 64-byte digest draws a whole chunk
 _UNPACK_INDICES = struct.Struct("<32H").unpack

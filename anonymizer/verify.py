@@ -24,8 +24,8 @@ from anonymizer.keys import ANY_REKEYED_ID, rekeyed_id_pattern
 from anonymizer.nonce import nonce_scope
 from anonymizer.pipeline import ID_COLUMNS
 from anonymizer.tools_schema import SCHEMA_KEEP, SCHEMA_KEYWORDS, SCHEMA_LIST, SCHEMA_MAP, SCHEMA_ONE
-from llmreplay.chat_text import content_text, message_text
 from llmreplay.exact_text import ExactText
+from llmreplay.openai_wire.message_text import content_text, message_text
 from llmreplay.prefix_hash import prefix_block_hashes
 from llmreplay.tokenizers import load_tokenizer
 from llmreplay.trace_format import CONTENT_COLUMN_NAMES, SHAPE_COLUMN_NAMES

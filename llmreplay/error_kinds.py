@@ -33,12 +33,3 @@ def error_kind_for_status(status: int) -> str | None:
         return "http_5xx"
     return None
 
-
-def error_object_kind(body: dict) -> str | None:
-    """The kind of a 200 JSON answer (or SSE event) that carries an OpenAI error object instead of output.
-
-    One rule for the recorder and the replayer, so production and staging count such answers alike.
-    """
-    if body.get("error") is not None and not body.get("choices") and "data" not in body:
-        return "stream_error"
-    return None

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from mitmproxy import ctx, exceptions, http
 
 from llmreplay.errors import BadInput
+from llmreplay.openai_wire.endpoints import endpoint_for_path
 from recorder.capture import Capture
 from recorder.config import RecorderConfig, check_tokenizer_spec, option_names
 from recorder.converter_spec import ConverterSpec
@@ -24,7 +25,6 @@ from recorder.h2_streams import H2StreamWatch
 from recorder.journal import Journal
 from recorder.keys import keyed_hash, load_or_create_key
 from recorder.monitor import LagMonitor
-from recorder.request_shape import endpoint_for_path
 from recorder.spool import SPOOL_DIR, SpoolLock, private_dirs
 from recorder.stop_report import StopReport
 from recorder.supervisor import ConverterSupervisor

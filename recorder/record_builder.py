@@ -14,6 +14,13 @@ from dataclasses import dataclass
 import orjson
 
 from llmreplay.error_kinds import error_kind_for_status
+from llmreplay.openai_wire.response import (
+    ResponseShape,
+    call_text,
+    counted_texts,
+    summarize_json,
+    summarize_stream,
+)
 from llmreplay.prefix_hash import prefix_block_hashes
 from llmreplay.sse import SSESplitter
 from llmreplay.tokenizers import Tokenizer
@@ -23,7 +30,6 @@ from recorder.capture import Capture
 from recorder.decoding import make_decoder
 from recorder.keys import keyed_hash
 from recorder.request_shape import ChatMessage, RequestShape, parse_request
-from recorder.response_shape import ResponseShape, summarize_json, summarize_stream
 from recorder.sessions import SessionLink, SessionTracker
 
 LINK_NEW = object()  # build(): link the capture into its session (the default)
@@ -134,9 +140,7 @@ class RecordBuilder:
             and source == "tokenizer"
             and _generates(request, response)
         ):
-            completion = len(encode(response.text)) + sum(
-                len(encode(_call_text(c))) for c in response.tool_calls
-            )
+            completion = sum(len(encode(text)) for text in counted_texts(response) if text)
         return _Tokens(prompt, completion, source, tools, schema, messages, prompt_ids)
 
     def _link_session(
@@ -274,14 +278,9 @@ def _generates(request: RequestShape, response: ResponseShape) -> bool:
     return bool(response.text or response.tool_calls or response.token_event_ns)
 
 
-def _call_text(call: dict) -> str:
-    function = call.get("function") if isinstance(call.get("function"), dict) else call
-    return f"{function.get('name') or ''}{function.get('arguments') or ''}"
-
-
 def _answer_message(response: ResponseShape) -> ChatMessage:
     """The assistant message a client echoes back next turn, flattened like request messages are."""
-    return ChatMessage("assistant", response.text + "".join(_call_text(c) for c in response.tool_calls))
+    return ChatMessage("assistant", response.text + "".join(call_text(c) for c in response.tool_calls))
 
 
 def _retry_after_ms(value: str | None) -> int | None:

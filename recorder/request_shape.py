@@ -10,15 +10,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from llmreplay.chat_text import content_text, message_text
-
-ENDPOINT_BY_SUFFIX = {
-    "/chat/completions": "chat_completions",
-    "/completions": "completions",
-    "/embeddings": "embeddings",
-    "/responses": "responses",
-}
-
+from llmreplay.openai_wire.message_text import content_text, message_text
 
 @dataclass(frozen=True, slots=True)
 class ChatMessage:
@@ -52,15 +44,6 @@ class RequestShape:
     content_prompt: str | None = None
     content_tools: str | None = None
     content_response_format: str | None = None
-
-
-def endpoint_for_path(path: str) -> str:
-    """The trace's endpoint name for a recorded URL path (query string ignored)."""
-    path = path.split("?", 1)[0].rstrip("/")
-    for suffix, name in ENDPOINT_BY_SUFFIX.items():
-        if path.endswith(suffix):
-            return name
-    return "chat_completions"
 
 
 def parse_request(endpoint: str, body: bytes, with_content: bool = True) -> RequestShape:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from faker import Faker
 
-from llmreplay.chat_text import message_text
+from llmreplay.openai_wire.message_text import message_text
 from llmreplay.prefix_hash import prefix_block_hashes
 from llmreplay.tokenizers import load_tokenizer
 from llmreplay.trace_format import MessageShape, TraceMeta, TraceRecord

@@ -1,7 +1,6 @@
-"""Response -> timing and token facts: which SSE events carried tokens, usage, finish reason, tool calls.
-
-Pure functions over what the stream tap captured (event payloads with their arrival stamps, or a
-whole JSON body). Runs in the converter process, never on the proxy's event loop.
+"""The reference reading of a response: which SSE events carried tokens (on which channel), the text
+generated, tool calls, usage, finish reason. Pure; the recorder's converter and the replayer's
+tokenizer fallback read with it, and the replayer's per-chunk parser is tested against it.
 """
 
 from __future__ import annotations
@@ -10,18 +9,35 @@ from dataclasses import dataclass
 
 import orjson
 
-from llmreplay.chat_text import content_text
-from llmreplay.error_kinds import error_object_kind
+from llmreplay.openai_wire.channels import (
+    ANSWER,
+    REASONING,
+    RESPONSES_DELTA_CHANNELS,
+    RESPONSES_END_EVENTS,
+    TEXT_CHANNELS,
+    choice_delta,
+    delta_channel,
+)
+from llmreplay.openai_wire.error_object import error_object_kind
+from llmreplay.openai_wire.message_text import content_text
+from llmreplay.openai_wire.usage import Usage, parse_usage
+
+_ANSWER_TEXT_KEYS = tuple(key for key, channel in TEXT_CHANNELS.items() if channel == ANSWER)
+_REASONING_TEXT_KEYS = tuple(key for key, channel in TEXT_CHANNELS.items() if channel == REASONING)
 
 
 @dataclass(frozen=True, slots=True)
 class ResponseShape:
-    token_event_ns: tuple[int, ...] = ()  # stamps of events carrying content, reasoning or tool-call deltas
-    text: str = ""  # generated text of choice 0
+    token_event_ns: tuple[int, ...] = ()  # stamps of events carrying generated tokens, reasoning included
+    first_answer_index: int | None = None  # in token_event_ns: the first content, refusal or tool-call event
+    reasoning_events: int = 0  # events carrying reasoning tokens only
+    text: str = ""  # answer text of choice 0
+    reasoning_text: str = ""  # reasoning text of choice 0
     tool_calls: tuple[dict, ...] = ()
     prompt_tokens: int | None = None  # from the server's usage, when it sent one
-    completion_tokens: int | None = None
+    completion_tokens: int | None = None  # reasoning and answer tokens
     cached_tokens: int | None = None
+    reasoning_tokens: int | None = None  # as the usage reported them
     finish_reason: str | None = None
     done_seen: bool = False  # `data: [DONE]` arrived
     stream_error: bool = False  # an error object inside the stream
@@ -29,17 +45,29 @@ class ResponseShape:
 
 
 class _StreamState:
-    __slots__ = ("stamps", "texts", "calls", "usage", "finish", "done", "error", "invalid")
+    __slots__ = ("stamps", "first_answer", "reasoning", "texts", "thoughts", "calls", "usage")
+    __slots__ += ("finish", "done", "error", "invalid")
 
     def __init__(self) -> None:
         self.stamps: list[int] = []
+        self.first_answer: int | None = None
+        self.reasoning = 0
         self.texts: list[str] = []
+        self.thoughts: list[str] = []
         self.calls: dict[int, dict] = {}
         self.usage: dict | None = None
         self.finish: str | None = None
         self.done = False
         self.error = False
         self.invalid = 0
+
+    def stamp(self, stamp_ns: int, channel: str) -> None:
+        if channel == ANSWER:
+            if self.first_answer is None:
+                self.first_answer = len(self.stamps)
+        else:
+            self.reasoning += 1
+        self.stamps.append(stamp_ns)
 
 
 def summarize_stream(events: list[tuple[int, bytes]]) -> ResponseShape:
@@ -54,16 +82,19 @@ def summarize_stream(events: list[tuple[int, bytes]]) -> ResponseShape:
         except orjson.JSONDecodeError:
             state.invalid += 1
             continue
-        if isinstance(event, dict) and _apply_event(state, event):
-            state.stamps.append(stamp_ns)
-    usage = _usage(state.usage)
+        if isinstance(event, dict):
+            channel = _apply_event(state, event)
+            if channel is not None:
+                state.stamp(stamp_ns, channel)
+    usage = parse_usage(state.usage)
     return ResponseShape(
         token_event_ns=tuple(state.stamps),
+        first_answer_index=state.first_answer,
+        reasoning_events=state.reasoning,
         text="".join(state.texts),
+        reasoning_text="".join(state.thoughts),
         tool_calls=tuple(state.calls[i] for i in sorted(state.calls)),
-        prompt_tokens=usage[0],
-        completion_tokens=usage[1],
-        cached_tokens=usage[2],
+        **_usage_fields(usage),
         finish_reason=state.finish,
         done_seen=state.done,
         stream_error=state.error,
@@ -71,11 +102,17 @@ def summarize_stream(events: list[tuple[int, bytes]]) -> ResponseShape:
     )
 
 
-def _apply_event(state: _StreamState, event: dict) -> bool:
-    """Fold one event into the state; True when it carried generated tokens.
+def _usage_fields(usage: Usage) -> dict:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "cached_tokens": usage.cached_tokens,
+        "reasoning_tokens": usage.reasoning_tokens,
+    }
 
-    Written for speed on the common chunk (one choice, a content delta): this runs once per token.
-    """
+
+def _apply_event(state: _StreamState, event: dict) -> str | None:
+    """Fold one event into the state; the channel its generated tokens went to (None: none)."""
     choices = event.get("choices")
     usage = event.get("usage")
     if usage is not None and isinstance(usage, dict):
@@ -84,46 +121,36 @@ def _apply_event(state: _StreamState, event: dict) -> bool:
         kind = event.get("type")
         if isinstance(kind, str) and kind.startswith("response."):
             return _apply_responses_event(state, event, kind)
-        if "error" in event:
-            state.error = True
-        return False
-    carried = False
+        state.error |= error_object_kind(event) is not None
+        return None
+    found = None
     for choice in choices:
         if not isinstance(choice, dict):
             continue
         first = choice.get("index", 0) == 0
         if first and choice.get("finish_reason"):
             state.finish = choice["finish_reason"]
-        delta = choice.get("delta")
-        if delta is None:
-            text = choice.get("text")  # completions endpoint
-            if isinstance(text, str) and text:
-                carried = True
-                if first:
-                    state.texts.append(text)
+        delta = choice_delta(choice)
+        channel = delta_channel(delta)
+        if channel is None:
             continue
-        content = delta.get("content")
-        if content and isinstance(content, str):
-            carried = True
-            if first:
-                state.texts.append(content)
-        if len(delta) > (content is not None) + ("role" in delta):  # rarer fields: reasoning, tool calls
-            carried |= _apply_other_delta(state, delta, first)
-    return carried
-
-
-def _apply_other_delta(state: _StreamState, delta: dict, first: bool) -> bool:
-    carried = False
-    for key in ("reasoning_content", "reasoning"):
-        if isinstance(delta.get(key), str) and delta[key]:
-            carried = True
-    for call in delta.get("tool_calls") or ():
-        if not isinstance(call, dict):
-            continue
-        carried = True
+        found = ANSWER if channel == ANSWER else found or channel
         if first:
+            _keep_text(state, delta)
+    return found
+
+
+def _keep_text(state: _StreamState, delta: dict) -> None:
+    """Choice 0's generated text, by channel, and its tool calls merged from their deltas."""
+    for key in _ANSWER_TEXT_KEYS:
+        if isinstance(delta.get(key), str):
+            state.texts.append(delta[key])
+    for key in _REASONING_TEXT_KEYS:
+        if isinstance(delta.get(key), str):
+            state.thoughts.append(delta[key])
+    for call in delta.get("tool_calls") or ():
+        if isinstance(call, dict):
             _merge_tool_call(state.calls, call)
-    return carried
 
 
 def _merge_tool_call(calls: dict[int, dict], delta: dict) -> None:
@@ -139,17 +166,16 @@ def _merge_tool_call(calls: dict[int, dict], delta: dict) -> None:
         call["function"]["arguments"] += function.get("arguments") or ""
 
 
-def _apply_responses_event(state: _StreamState, event: dict, kind: str) -> bool:
-    """OpenAI Responses API streams typed events instead of chat deltas."""
-    if kind in (
-        "response.output_text.delta",
-        "response.reasoning_text.delta",
-        "response.function_call_arguments.delta",
-    ):
+def _apply_responses_event(state: _StreamState, event: dict, kind: str) -> str | None:
+    channel = RESPONSES_DELTA_CHANNELS.get(kind)
+    if channel is not None:
+        text = event.get("delta") or ""
         if kind == "response.output_text.delta":
-            state.texts.append(event.get("delta") or "")
-        return bool(event.get("delta"))
-    if kind in ("response.completed", "response.incomplete", "response.failed"):
+            state.texts.append(text)
+        elif channel == REASONING:
+            state.thoughts.append(text)
+        return channel if text else None
+    if kind in RESPONSES_END_EVENTS:
         response = event.get("response") if isinstance(event.get("response"), dict) else {}
         state.usage = response.get("usage") or state.usage
         state.finish = response.get("status")
@@ -158,7 +184,7 @@ def _apply_responses_event(state: _StreamState, event: dict, kind: str) -> bool:
         for item in response.get("output") or ():
             if isinstance(item, dict) and item.get("type") == "function_call":
                 state.calls[len(state.calls)] = item
-    return False
+    return None
 
 
 def summarize_json(body: bytes, endpoint: str) -> ResponseShape:
@@ -169,8 +195,7 @@ def summarize_json(body: bytes, endpoint: str) -> ResponseShape:
         raise ValueError(f"response body is not JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ValueError("response body is not a JSON object")
-    usage = _usage(data.get("usage"))
-    text, calls, finish = "", (), None
+    text, reasoning, calls, finish = "", "", (), None
     if endpoint == "responses":
         text, calls, finish = _responses_output(data)
     else:
@@ -179,13 +204,13 @@ def summarize_json(body: bytes, endpoint: str) -> ResponseShape:
         finish = first.get("finish_reason")
         message = first.get("message") if isinstance(first.get("message"), dict) else {}
         text = content_text(message.get("content")) if message else first.get("text") or ""
+        reasoning = next((message[k] for k in _REASONING_TEXT_KEYS if isinstance(message.get(k), str)), "")
         calls = tuple(c for c in message.get("tool_calls") or () if isinstance(c, dict))
     return ResponseShape(
         text=text if isinstance(text, str) else "",
+        reasoning_text=reasoning,
         tool_calls=calls,
-        prompt_tokens=usage[0],
-        completion_tokens=usage[1],
-        cached_tokens=usage[2],
+        **_usage_fields(parse_usage(data.get("usage"))),
         finish_reason=finish if isinstance(finish, str) else None,
         done_seen=True,
         stream_error=error_object_kind(data) is not None,
@@ -204,16 +229,13 @@ def _responses_output(data: dict) -> tuple[str, tuple[dict, ...], str | None]:
     return "".join(texts), tuple(calls), data.get("status")
 
 
-def _usage(usage) -> tuple[int | None, int | None, int | None]:
-    """(prompt, completion, cached) from chat/completions or Responses usage objects."""
-    if not isinstance(usage, dict):
-        return None, None, None
-    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
-    completion = usage.get("completion_tokens", usage.get("output_tokens"))
-    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return _count(prompt), _count(completion), _count(cached)
+def counted_texts(response: ResponseShape) -> tuple[str, ...]:
+    """The texts whose tokens are a response's completion tokens, each counted on its own: the
+    reasoning, the answer, and each tool call's name and arguments (as message_text counts a call)."""
+    return (response.reasoning_text, response.text, *(call_text(call) for call in response.tool_calls))
 
 
-def _count(value) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+def call_text(call: dict) -> str:
+    """A tool call's counted text: function name then arguments (a Responses item holds them itself)."""
+    function = call.get("function") if isinstance(call.get("function"), dict) else call
+    return f"{function.get('name') or ''}{function.get('arguments') or ''}"

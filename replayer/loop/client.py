@@ -20,7 +20,8 @@ from collections import deque
 import httptools
 import orjson
 
-from llmreplay.error_kinds import error_kind_for_status, error_object_kind
+from llmreplay.error_kinds import error_kind_for_status
+from llmreplay.openai_wire.error_object import error_object_kind
 from replayer.loop.http_pool import Connection, ConnectionPool
 from replayer.loop.sse import SseStream
 
@@ -86,8 +87,10 @@ class Outcome:
         "retry_after_ms",
         "ttfb_ns",
         "ttft_ns",
+        "ttfo_ns",
         "e2e_ns",
         "chunk_offsets_ns",
+        "reasoning_chunks",
         "finish_reason",
         "usage",
         "tool_calls_count",
@@ -103,9 +106,11 @@ class Outcome:
         self.error_detail: str | None = None  # for logs and the summary, never a secret
         self.retry_after_ms: int | None = None
         self.ttfb_ns: int | None = None
-        self.ttft_ns: int | None = None
+        self.ttft_ns: int | None = None  # first token on any channel, reasoning included
+        self.ttfo_ns: int | None = None  # first answer token (content, refusal, tool call)
         self.e2e_ns: int | None = None
-        self.chunk_offsets_ns: array | None = None  # array("q") from the SSE reader
+        self.chunk_offsets_ns: array | None = None  # array("q") from the SSE reader, every channel
+        self.reasoning_chunks = 0
         self.finish_reason: str | None = None
         self.usage: dict | None = None
         self.tool_calls_count = 0
@@ -371,9 +376,13 @@ class Exchange:
 
 
 def _finish_stream(sse: SseStream, outcome: Outcome, raw: list[bytes]) -> None:
-    sse.finish()
-    if sse.chunk_offsets_ns:
-        outcome.ttft_ns = sse.chunk_offsets_ns[0]
+    sse.finish(outcome.sent_ns + outcome.e2e_ns)
+    offsets = sse.chunk_offsets_ns
+    if offsets:
+        outcome.ttft_ns = offsets[0]
+    if sse.first_answer >= 0:
+        outcome.ttfo_ns = offsets[sse.first_answer]
+    outcome.reasoning_chunks = sse.reasoning_chunks
     outcome.finish_reason = sse.finish_reason
     outcome.usage = sse.usage
     outcome.tool_calls_count = len(sse.tool_call_ids)

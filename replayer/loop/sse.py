@@ -2,7 +2,8 @@
 
 The caller timestamps each read before calling `feed`; events split across reads are
 reassembled. Content chunks are recognised by byte patterns; JSON is parsed only for chunks that
-carry a finish reason, usage, an error or tool calls. A stream's text chunks differ only in their
+carry a finish reason, usage, an error or tool calls; which keys carry tokens, and on which channel
+(answer or reasoning), is llmreplay.openai_wire.channels' table. A stream's text chunks differ only in their
 text, so the first one teaches the stream its framing (the bytes before and after the text), and
 a read holding exactly one chunk in that framing is recognised with two comparisons and a quote
 search: no split, no slice, no regex (the regexes were a tenth of the replayer's CPU at 9,500
@@ -22,11 +23,23 @@ from array import array
 
 import orjson
 
+from llmreplay.openai_wire.channels import ANSWER, REASONING, choice_delta, event_channel, text_keys
+from llmreplay.openai_wire.error_object import error_object_kind, error_text
+
 # A key outside a JSON string always starts with an unescaped quote, so these byte patterns cannot
 # be fooled by generated text (whose quotes arrive escaped).
 # A null value needs no parse: SGLang sends `"tool_calls":null` and `"usage":null` in every chunk.
 _NEEDS_PARSE = re.compile(rb'"(?:tool_calls|error|usage|finish_reason)" *: *[^ n]')
-_CARRIES_TEXT = re.compile(rb'"(?:content|text|reasoning_content)" *: *"[^"]')
+
+
+def _text_pattern(channel: str) -> re.Pattern[bytes]:
+    """A key of `channel` holding a non-empty string."""
+    keys = b"|".join(key.encode() for key in text_keys(channel))
+    return re.compile(rb'"(?:' + keys + rb')" *: *"[^"]')
+
+
+_ANSWER_TEXT = _text_pattern(ANSWER)
+_REASONING_TEXT = _text_pattern(REASONING)
 FRAMINGS_LEARNED_MAX = 4  # a server whose chunks vary outside the text (a per-chunk nonce) stops teaching
 
 
@@ -37,6 +50,8 @@ class SseStream:
         "start_ns",
         "_buffer",
         "chunk_offsets_ns",
+        "first_answer",
+        "reasoning_chunks",
         "done",
         "finish_reason",
         "usage",
@@ -46,14 +61,17 @@ class SseStream:
         "events",
         "_head",
         "_tail",
+        "_head_reasoning",
         "_framings_learned",
     )
 
     def __init__(self, start_ns: int):
         self.start_ns = start_ns
         self._buffer = b""
-        # arrival of each content chunk, from start_ns; 8 bytes a chunk, not a 40-byte int in a list
+        # arrival of each chunk carrying tokens (reasoning included), from start_ns; 8 bytes a chunk
         self.chunk_offsets_ns = array("q")
+        self.first_answer = -1  # index in chunk_offsets_ns of the first answer chunk; -1: none yet
+        self.reasoning_chunks = 0  # chunks carrying reasoning tokens only
         self.done = False  # saw `data: [DONE]`
         self.finish_reason: str | None = None
         self.usage: dict | None = None
@@ -64,6 +82,7 @@ class SseStream:
         # the learned framing of a text chunk: b"data: {...\"content\":\"" and b"\"}...}\n\n"
         self._head: bytes | None = None
         self._tail = b""
+        self._head_reasoning = False  # the learned framing's text is reasoning
         self._framings_learned = 0
 
     @property
@@ -84,6 +103,10 @@ class SseStream:
                 self._buffer = b""
                 self.events += 1
                 self.chunk_offsets_ns.append(arrival_ns - self.start_ns)
+                if (
+                    self._head_reasoning
+                ):  # an answer framing is learned from an answer chunk: first_answer is set
+                    self.reasoning_chunks += 1
                 return
         events = data.split(b"\n\n")
         self._buffer = events.pop()  # the unterminated tail; b"" when the read ended an event
@@ -95,37 +118,44 @@ class SseStream:
                 if _NEEDS_PARSE.search(payload) is not None:
                     self._parsed(payload, arrival_ns)
                     continue
-                text = _CARRIES_TEXT.search(payload)
+                text = _ANSWER_TEXT.search(payload)
                 if text is not None:
+                    if self.first_answer < 0:
+                        self.first_answer = len(self.chunk_offsets_ns)
                     self.chunk_offsets_ns.append(arrival_ns - self.start_ns)
                     if self._framings_learned < FRAMINGS_LEARNED_MAX:
-                        self._learn_framing(event, 6 + text.end() - 1)
+                        self._learn_framing(event, 6 + text.end() - 1, False)
+                    continue
+                text = _REASONING_TEXT.search(payload)
+                if text is not None:
+                    self.reasoning_chunks += 1
+                    self.chunk_offsets_ns.append(arrival_ns - self.start_ns)
+                    if self._framings_learned < FRAMINGS_LEARNED_MAX:
+                        self._learn_framing(event, 6 + text.end() - 1, True)
             elif event:
                 self._event(event, arrival_ns)
 
-    def _learn_framing(self, event: bytes, text_start: int) -> None:
+    def _learn_framing(self, event: bytes, text_start: int, reasoning: bool) -> None:
         """Remember the bytes around this plain text chunk's text (which starts at `text_start`)."""
         self._framings_learned += 1
         text_end = _string_end(event, text_start)
         if text_end > text_start:
             self._head = event[:text_start]
             self._tail = event[text_end:] + b"\n\n"
+            self._head_reasoning = reasoning
 
-    def finish(self) -> None:
-        """End of body: an unterminated last event still counts (some servers omit the blank line)."""
+    def finish(self, end_ns: int | None = None) -> None:
+        """End of body: an unterminated last event still counts (some servers omit the blank line),
+        stamped `end_ns` (the last read), as the recorder stamps it."""
         rest = self._buffer.rstrip(b"\r\n")
         self._buffer = b""
         if rest:
-            self._event(rest, None)
+            self._event(rest, end_ns)
 
     def _event(self, event: bytes, arrival_ns: int | None) -> None:
         self.events += 1
         if event[:7] == b"data: {" and event.find(b"\n") < 0:  # the common chunk: one JSON data line
-            payload = event[6:]
-            if _NEEDS_PARSE.search(payload) is not None:
-                self._parsed(payload, arrival_ns)
-            elif arrival_ns is not None and _CARRIES_TEXT.search(payload) is not None:
-                self.chunk_offsets_ns.append(arrival_ns - self.start_ns)
+            self._json_event(event[6:], arrival_ns)
             return
         if event.startswith(b"data:") and event.find(b"\n") < 0:
             payload = event[6:] if event[5:6] == b" " else event[5:]
@@ -143,10 +173,24 @@ class SseStream:
             else:
                 self.invalid = self.invalid or f"SSE data is not JSON: {_first_line(payload)}"
             return
+        self._json_event(payload, arrival_ns)
+
+    def _json_event(self, payload: bytes, arrival_ns: int | None) -> None:
         if _NEEDS_PARSE.search(payload) is not None:
             self._parsed(payload, arrival_ns)
-        elif arrival_ns is not None and _CARRIES_TEXT.search(payload) is not None:
-            self.chunk_offsets_ns.append(arrival_ns - self.start_ns)
+        elif arrival_ns is None:
+            return
+        elif _ANSWER_TEXT.search(payload) is not None:
+            self._stamp(ANSWER, arrival_ns)
+        elif _REASONING_TEXT.search(payload) is not None:
+            self._stamp(REASONING, arrival_ns)
+
+    def _stamp(self, channel: str, arrival_ns: int) -> None:
+        if channel == REASONING:
+            self.reasoning_chunks += 1
+        elif self.first_answer < 0:
+            self.first_answer = len(self.chunk_offsets_ns)
+        self.chunk_offsets_ns.append(arrival_ns - self.start_ns)
 
     def _parsed(self, payload: bytes, arrival_ns: int | None) -> None:
         try:
@@ -157,29 +201,23 @@ class SseStream:
         if not isinstance(obj, dict):
             self.invalid = self.invalid or "SSE data is not a JSON object"
             return
-        if obj.get("error") is not None:
-            self.error = self.error or _error_text(obj["error"])
+        if error_object_kind(obj) is not None:
+            self.error = self.error or error_text(obj["error"])
             return
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
-        carries_content = False
         for choice in obj.get("choices") or ():
             if not isinstance(choice, dict):
                 continue
             if choice.get("finish_reason"):
                 self.finish_reason = str(choice["finish_reason"])
-            delta = choice.get("delta")
-            if not isinstance(delta, dict):
-                delta = choice  # completions endpoint: text sits on the choice
-            for call in delta.get("tool_calls") or ():
-                carries_content = True
+            for call in choice_delta(choice).get("tool_calls") or ():
                 if isinstance(call, dict):
                     self.tool_call_ids.add((choice.get("index", 0), call.get("index", call.get("id"))))
-            if delta.get("content") or delta.get("text") or delta.get("reasoning_content"):
-                carries_content = True
-        if carries_content and arrival_ns is not None:
-            self.chunk_offsets_ns.append(arrival_ns - self.start_ns)
+        channel = event_channel(obj)
+        if channel is not None and arrival_ns is not None:
+            self._stamp(channel, arrival_ns)
 
 
 def _normalise_newlines(data: bytes) -> bytes:
@@ -216,9 +254,3 @@ def _split_fields(event: bytes) -> tuple[bytes | None, bytes]:
 def _first_line(data: bytes) -> str:
     text = data.decode("utf-8", "replace").strip()
     return (text.splitlines() or [""])[0][:200]
-
-
-def _error_text(error) -> str:
-    if isinstance(error, dict):
-        return str(error.get("message") or error.get("type") or error)[:200]
-    return str(error)[:200]

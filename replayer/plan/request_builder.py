@@ -11,15 +11,12 @@ from dataclasses import dataclass
 import orjson
 
 from llmreplay.errors import BadInput
+from llmreplay.openai_wire.endpoints import REPLAY_PATHS
 from llmreplay.trace_format import TraceRecord
 from replayer.plan.arrays import PlannedRequest
 from replayer.plan.prompt_synthesis import BlockSpeller, copy_nonce
 
-ENDPOINT_PATHS = {
-    "chat_completions": "/v1/chat/completions",
-    "completions": "/v1/completions",
-    "embeddings": "/v1/embeddings",
-}
+ENDPOINT_PATHS = REPLAY_PATHS
 # Fields that make an engine produce exactly max_tokens tokens (no early EOS). trtllm-serve's
 # OpenAI protocol (tensorrt_llm/serve/openai_protocol.py, read 2026-11) declares `ignore_eos` and
 # `min_tokens` on both ChatCompletionRequest and CompletionRequest, like vLLM and SGLang; its models

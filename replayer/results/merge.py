@@ -17,6 +17,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from llmreplay.openai_wire.message_text import message_text
+from llmreplay.openai_wire.response import counted_texts, summarize_json, summarize_stream
 from llmreplay.run_format import RESULT_SCHEMA
 from llmreplay.sse import SSESplitter
 from replayer.loop.request_file import RequestFields, read_fields, tail_body
@@ -204,8 +206,10 @@ def _measured(row, item: Sent, built: Requests, start_ns, anchor_unix_ns, anchor
         index = item.plan.index
         row.update(
             prompt_tokens=count_tokens(prompt_text(built.body(index))),
-            completion_tokens=count_tokens(
-                response_text(out.response_text_bytes, built.fields.streams[index])
+            completion_tokens=sum(
+                count_tokens(text)
+                for text in response_texts(out.response_text_bytes, built.fields.streams[index])
+                if text
             ),
             token_source="tokenizer",
         )
@@ -216,31 +220,24 @@ def _int(value) -> int | None:
 
 
 def prompt_text(body: bytes) -> str:
-    """The text the prompt is made of (message contents joined), for the tokenizer fallback."""
+    """The text the prompt is made of (each message's counted text, joined), for the tokenizer fallback."""
     obj = orjson.loads(body)
     if "messages" in obj:
-        return "\n".join(m["content"] for m in obj["messages"] if isinstance(m.get("content"), str))
+        return "".join(message_text(message)[1] for message in obj["messages"])
     prompt = obj.get("prompt", obj.get("input", ""))
     return prompt if isinstance(prompt, str) else json.dumps(prompt)
 
 
-def response_text(raw: Sequence[bytes], stream: bool) -> str:
-    """Generated text of choice 0 from a raw SSE stream or JSON body."""
+def response_texts(raw: Sequence[bytes], stream: bool) -> tuple[str, ...]:
+    """The texts of a raw SSE stream or JSON body that its completion tokens are counted over."""
     if not stream:
-        obj = _json_or_none(b"".join(raw))
-        choice = (obj or {}).get("choices", [{}])[0]
-        return (choice.get("message") or {}).get("content") or choice.get("text") or ""
+        try:
+            return counted_texts(summarize_json(b"".join(raw), "chat_completions"))
+        except ValueError:
+            return ()
     splitter = SSESplitter()
     payloads = [p for chunk in raw for p in splitter.feed(chunk)] + splitter.finish()
-    pieces = []
-    for payload in payloads:
-        obj = _json_or_none(payload)
-        for choice in (obj or {}).get("choices") or ():
-            delta = choice.get("delta") or choice
-            text = delta.get("content") or delta.get("text")
-            if isinstance(text, str) and choice.get("index", 0) == 0:
-                pieces.append(text)
-    return "".join(pieces)
+    return counted_texts(summarize_stream([(0, payload) for payload in payloads]))
 
 
 def _json_or_none(data: bytes):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from llmreplay.openai_wire.response import summarize_json
 from recorder.capture import Capture
 from recorder.record_builder import classify_error
 from recorder.request_shape import RequestShape
-from recorder.response_shape import summarize_json
 from replayer.loop.client import Outcome, _read_whole
 
 BODIES = [

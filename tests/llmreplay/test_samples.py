@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from llmreplay.chat_text import message_text
 from llmreplay.importers.pipeline import ImportConfig, import_trace_file
+from llmreplay.openai_wire.message_text import message_text
 from llmreplay.trace_format import FORMAT_VERSION, major_version
 from llmreplay.trace_io import read_trace, records_to_table
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from llmreplay.openai_wire.endpoints import endpoint_for_path
+from llmreplay.openai_wire.response import summarize_json, summarize_stream
 from recorder.capture import Capture
 from recorder.record_builder import classify_error
-from recorder.request_shape import ChatMessage, RequestShape, endpoint_for_path, parse_request
-from recorder.response_shape import summarize_json, summarize_stream
+from recorder.request_shape import ChatMessage, RequestShape, parse_request
 from recorder.sessions import SessionTracker
 
 
