@@ -14,25 +14,18 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
+from llmreplay.engines import DEFAULT, ENGINES, Engine, Probe
 from llmreplay.errors import BadInput
 
-# `owned_by` of /v1/models, or the Server header, names the engine. `llmreplay sim` accepts vLLM's
-# length-forcing extensions (ignore_eos, min_tokens), so it is driven like vLLM.
-_ENGINE_MARKERS = (
-    ("vllm", "vllm"),
-    ("llmreplay-sim", "vllm"),
-    ("sglang", "sglang"),
-    ("tensorrt", "trtllm"),
-    ("trtllm", "trtllm"),
-)
+PROBE_TIMEOUT_S = 2.0  # each engine-specific GET, once, before the clock
 
 
 @dataclass(frozen=True, slots=True)
 class TargetInfo:
     base_url: str
     models: tuple[str, ...]
-    engine: str  # vllm | sglang | trtllm | openai
-    detected_from: str  # "flag" | "owned_by" | "server header" | "default"
+    engine: str  # a name in llmreplay.engines
+    detected_from: str  # "flag" | "owned_by" | "server header" | "GET <path>" | "default"
 
 
 def normalise_base_url(url: str) -> str:
@@ -94,11 +87,8 @@ def _short(exc: BaseException) -> str:
 def probe_target(base_url: str, engine: str, api_key: str | None, timeout_s: float = 10.0) -> TargetInfo:
     """GET /v1/models for the model names and the engine; `engine` other than 'detect' wins."""
     check_resolves(base_url)
-    request = urllib.request.Request(base_url + "/v1/models", headers={"User-Agent": "llmreplay"})
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
     try:
-        response, body = _fetch(request, timeout_s)
+        response, body = _fetch(_request(base_url + "/v1/models", api_key), timeout_s)
         server = response.headers.get("Server", "")
         payload = json.loads(body)
     except (ProbeFailed, ValueError) as exc:
@@ -114,23 +104,50 @@ def probe_target(base_url: str, engine: str, api_key: str | None, timeout_s: flo
     if engine != "detect":
         return TargetInfo(base_url, models, engine, "flag")
     owners = " ".join(str(e.get("owned_by", "")) for e in entries).lower()
-    for marker, name in _ENGINE_MARKERS:
-        if marker in owners:
-            return TargetInfo(base_url, models, name, "owned_by")
-    for marker, name in _ENGINE_MARKERS:
-        if marker in server.lower():
-            return TargetInfo(base_url, models, name, "server header")
-    return TargetInfo(base_url, models, "openai", "default")
+    found = _detect(base_url, api_key, owners, server.lower())
+    if found is None:
+        return TargetInfo(base_url, models, DEFAULT.name, "default")
+    return TargetInfo(base_url, models, found[0].name, found[1])
+
+
+def _detect(base_url: str, api_key: str | None, owners: str, server: str) -> tuple[Engine, str] | None:
+    """The engine table's markers in order: every row's owned_by, then Server header, then probes."""
+    for engine in ENGINES:
+        if any(marker in owners for marker in engine.owned_by):
+            return engine, "owned_by"
+    for engine in ENGINES:
+        if any(marker in server for marker in engine.server_header):
+            return engine, "server header"
+    for engine in ENGINES:
+        for probe in engine.probes:
+            if _probe_says(base_url + probe.path, api_key, probe):
+                return engine, f"GET {probe.path}"
+    return None
+
+
+def _probe_says(url: str, api_key: str | None, probe: Probe) -> bool:
+    """The answer is a JSON object whose probe.key holds probe.contains; any failure is a no."""
+    try:
+        _, body = _fetch(_request(url, api_key), PROBE_TIMEOUT_S)
+        payload = json.loads(body)
+    except (ProbeFailed, ValueError):
+        return False
+    value = payload.get(probe.key) if isinstance(payload, dict) else None
+    return value is not None and probe.contains in str(value).lower()
+
+
+def _request(url: str, api_key: str | None) -> urllib.request.Request:
+    request = urllib.request.Request(url, headers={"User-Agent": "llmreplay"})
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    return request
 
 
 def probe_metrics(url: str, api_key: str | None, timeout_s: float = 5.0) -> None:
     """GET the --server-metrics URL once: it must answer 200 with Prometheus text, before the clock."""
     check_resolves(url, "--server-metrics")
-    request = urllib.request.Request(url, headers={"User-Agent": "llmreplay"})
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
     try:
-        _, body = _fetch(request, timeout_s)
+        _, body = _fetch(_request(url, api_key), timeout_s)
     except ProbeFailed as exc:
         raise BadInput(f"--server-metrics {url}: {exc}") from None
     from replayer.results.server_metrics import parse_prometheus

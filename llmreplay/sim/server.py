@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import orjson
 from aiohttp import web
 
+from llmreplay.engines import SIM_OWNED_BY
 from llmreplay.sim.config import SimConfig
 from llmreplay.sim.engine import Engine, EngineParams, Sequence
 from llmreplay.sim.faults import FAULT_HEADER, Fault, draw_fault, parse_fault_header
@@ -145,7 +146,7 @@ class SimServer:
 
     async def _list_models(self, request: web.Request) -> web.Response:
         data = [
-            {"id": name, "object": "model", "created": self._created_s, "owned_by": "llmreplay-sim"}
+            {"id": name, "object": "model", "created": self._created_s, "owned_by": SIM_OWNED_BY}
             for name in self.config.models
         ]
         return _json({"object": "list", "data": data})

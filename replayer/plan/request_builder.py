@@ -1,7 +1,8 @@
 """Trace row -> HTTP request (path + pre-serialised JSON body), built before the clock starts.
 
 Content traces send their recorded content; shape traces get synthesized text (prompt_synthesis).
-The output length is forced to the recorded completion length, with engine-specific fields.
+The output length is forced to the recorded completion length with the engine row's fields
+(llmreplay.engines).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from llmreplay.engines import BY_NAME, FLAG, FLOOR
 from llmreplay.errors import BadInput
 from llmreplay.openai_wire.endpoints import REPLAY_PATHS
 from llmreplay.trace_format import TraceRecord
@@ -17,11 +19,6 @@ from replayer.plan.arrays import PlannedRequest
 from replayer.plan.prompt_synthesis import BlockSpeller, copy_nonce
 
 ENDPOINT_PATHS = REPLAY_PATHS
-# Fields that make an engine produce exactly max_tokens tokens (no early EOS). trtllm-serve's
-# OpenAI protocol (tensorrt_llm/serve/openai_protocol.py, read 2026-11) declares `ignore_eos` and
-# `min_tokens` on both ChatCompletionRequest and CompletionRequest, like vLLM and SGLang; its models
-# forbid unknown fields, so nothing else engine-specific may be added for it.
-FORCE_LENGTH_FIELDS = {"vllm", "sglang", "trtllm"}
 CANCEL_HEADROOM_TOKENS = 16
 # Largest prompt a body is built for: beyond any engine's context (a synthesized body of this many
 # tokens is ~50 MB). Checked per row before the clock (replayer.plan.bounds) and again here.
@@ -38,7 +35,7 @@ class BuiltRequest:
 
 @dataclass(frozen=True, slots=True)
 class BuildOptions:
-    engine: str  # resolved: vllm | sglang | trtllm | openai
+    engine: str  # resolved: a name in llmreplay.engines
     model: str | None  # --model: overrides every row
     default_model: str | None  # the target's first model, for rows without one
     seed: int = 0
@@ -88,10 +85,10 @@ def build_request(
     wanted = requested_tokens(record, plan)
     if wanted is not None:
         body["max_tokens"] = wanted
-        if options.engine in FORCE_LENGTH_FIELDS:
-            body["ignore_eos"] = True
-            if plan.cancel_after_tokens is None:
-                body["min_tokens"] = wanted
+        for name, kind in BY_NAME[options.engine].force_length:
+            if kind == FLOOR and plan.cancel_after_tokens is not None:
+                continue  # the engine must be free to stop where the recorded client hung up
+            body[name] = True if kind == FLAG else wanted
     for name in ("temperature", "top_p", "n", "seed"):
         value = getattr(record, name)
         if value is not None:

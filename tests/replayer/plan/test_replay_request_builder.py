@@ -76,6 +76,28 @@ def test_openai_engine_gets_standard_fields_only():
     assert "ignore_eos" not in sent and "min_tokens" not in sent and sent["max_tokens"] == 5
 
 
+@pytest.mark.parametrize(
+    ("engine", "forced"),
+    [
+        ("sglang", {"ignore_eos": True, "min_tokens": 7}),
+        ("trtllm", {"ignore_eos": True, "min_tokens": 7}),
+        ("llamacpp", {"ignore_eos": True, "n_predict": 7}),
+        ("ollama", {}),
+        ("tgi", {}),
+    ],
+)
+def test_each_engine_row_forces_length_with_its_own_fields(engine, forced):
+    _, sent = body(record(content_messages="[]", completion_tokens=7), engine=engine)
+    extra = {k: v for k, v in sent.items() if k not in ("model", "messages", "stream", "max_tokens")}
+    assert sent["max_tokens"] == 7 and extra == forced
+
+
+def test_llamacpp_cancel_mirroring_keeps_its_limit_at_the_room_asked_for():
+    rec = record(content_messages="[]", stream=True, completion_tokens=4, error_kind="client_disconnected")
+    built, sent = body(rec, engine="llamacpp")
+    assert sent["n_predict"] == sent["max_tokens"] == built.requested_completion_tokens > 4
+
+
 def test_cancel_mirroring_leaves_room_past_the_cancel_point():
     rec = record(content_messages="[]", stream=True, completion_tokens=4, error_kind="client_disconnected")
     built, sent = body(rec, engine="vllm")

@@ -1,0 +1,172 @@
+"""The engine table: one row per serving engine — how to recognise it, how to force its output
+length, where it reports cached tokens and what its Prometheus names are. Adding an engine is adding
+a row (and its test in tests/llmreplay/test_engines.py). Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Values of a length-forcing field: FLAG is `true`; LIMIT and FLOOR are the requested output length.
+# A FLOOR (min_tokens) is left out when the replay mirrors a client cancel: the engine must be able
+# to stop before the floor when the client hangs up.
+FLAG, LIMIT, FLOOR = "flag", "limit", "floor"
+SIM_OWNED_BY = "llmreplay-sim"  # `llmreplay sim`'s owned_by: it speaks vLLM's extensions and names
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """GET `path`; a JSON object whose `key` holds a value containing `contains` names the engine."""
+
+    path: str
+    key: str
+    contains: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PrometheusNames:
+    """The engine's own names for what a queue forms from; None where it exposes none."""
+
+    running: str | None = None
+    waiting: str | None = None
+    kv_cache_usage: str | None = None  # a 0..1 gauge
+    prefix_cache_queries: str | None = None  # counter of prompt tokens looked up
+    prefix_cache_hits: str | None = None  # counter of prompt tokens found
+    prefix_cache_hit_rate: str | None = None  # a gauge, for engines without the two counters
+    preemptions: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    name: str  # the --engine value and run.json's `engine`
+    title: str
+    source: str  # where the row's facts come from: tested against, or the doc/code read
+    owned_by: tuple[str, ...] = ()  # substrings of /v1/models `owned_by` (lower case)
+    server_header: tuple[str, ...] = ()  # substrings of the `Server` response header (lower case)
+    probes: tuple[Probe, ...] = ()  # asked only when neither of the above named an engine
+    force_length: tuple[tuple[str, str], ...] = ()  # (request field, FLAG | LIMIT | FLOOR); () cannot
+    rejects_unknown_fields: bool = False  # nothing beyond its declared fields may be sent
+    cache_salt: bool = False  # accepts `cache_salt` (isolates a request's prefix cache)
+    cached_tokens: str | None = None  # where the answer reports cached prompt tokens
+    cached_tokens_flag: str | None = None  # the server flag without which it is not reported
+    reasoning_field: str | None = None  # the delta field carrying reasoning tokens
+    stream_usage: tuple[str, ...] = ()  # `stream_options` keys it honours for usage in a stream
+    metrics_path: str | None = None  # its Prometheus endpoint, None when it has none
+    metrics: PrometheusNames = field(default_factory=PrometheusNames)
+
+    @property
+    def forces_length(self) -> bool:
+        """False: answers may stop early at EOS, so output lengths can fall short of the trace."""
+        return bool(self.force_length)
+
+
+_USAGE = "prompt_tokens_details.cached_tokens"
+
+ENGINES: tuple[Engine, ...] = (
+    Engine(
+        "vllm",
+        "vLLM",
+        "tested against real vLLM 0.32.0 CPU (tests/engines); reasoning and cache_salt from its "
+        "entrypoints/openai/chat_completion/protocol.py",
+        owned_by=("vllm", SIM_OWNED_BY),  # its /version answers {"version"} like many servers: no probe
+        force_length=(("ignore_eos", FLAG), ("min_tokens", FLOOR)),
+        cache_salt=True,
+        cached_tokens=f"usage.{_USAGE}",
+        cached_tokens_flag="--enable-prompt-tokens-details",
+        reasoning_field="reasoning",
+        stream_usage=("include_usage", "continuous_usage_stats"),
+        metrics_path="/metrics",
+        metrics=PrometheusNames(
+            running="vllm:num_requests_running",
+            waiting="vllm:num_requests_waiting",
+            kv_cache_usage="vllm:kv_cache_usage_perc",
+            prefix_cache_queries="vllm:prefix_cache_queries_total",
+            prefix_cache_hits="vllm:prefix_cache_hits_total",
+            preemptions="vllm:num_preemptions_total",
+        ),
+    ),
+    Engine(
+        "sglang",
+        "SGLang",
+        "docs.sglang.io (native_api, production_metrics); sgl-project/sglang "
+        "python/sglang/srt/entrypoints/openai/protocol.py",
+        owned_by=("sglang",),
+        probes=(Probe("/get_server_info", "tp_size"), Probe("/server_info", "tp_size")),
+        force_length=(("ignore_eos", FLAG), ("min_tokens", FLOOR)),
+        cache_salt=True,
+        cached_tokens=f"usage.{_USAGE}",
+        cached_tokens_flag="--enable-cache-report",
+        reasoning_field="reasoning_content",
+        stream_usage=("include_usage", "continuous_usage_stats"),
+        metrics_path="/metrics",  # with --enable-metrics
+        metrics=PrometheusNames(
+            running="sglang:num_running_reqs",
+            waiting="sglang:num_queue_reqs",
+            kv_cache_usage="sglang:token_usage",
+            prefix_cache_hit_rate="sglang:cache_hit_rate",
+        ),
+    ),
+    Engine(
+        "trtllm",
+        "TensorRT-LLM",
+        "NVIDIA/TensorRT-LLM tensorrt_llm/serve/openai_protocol.py (ModelCard owned_by, ignore_eos, "
+        "min_tokens, cache_salt), tensorrt_llm/metrics/collector.py, examples/serve/prometheus_metrics.py",
+        owned_by=("tensorrt", "trtllm"),
+        server_header=("tensorrt", "trtllm"),
+        force_length=(("ignore_eos", FLAG), ("min_tokens", FLOOR)),
+        rejects_unknown_fields=True,
+        cache_salt=True,
+        cached_tokens=f"usage.{_USAGE}",
+        reasoning_field="reasoning_content",
+        stream_usage=("include_usage",),
+        metrics_path="/prometheus/metrics",
+        metrics=PrometheusNames(
+            running="trtllm_num_requests_running",
+            waiting="trtllm_num_requests_waiting",
+            kv_cache_usage="trtllm_kv_cache_utilization",
+            prefix_cache_hit_rate="trtllm_kv_cache_hit_rate",
+        ),
+    ),
+    Engine(
+        "llamacpp",
+        "llama.cpp llama-server",
+        "tested against real llama.cpp (llama-cpp-python 0.3.36 sdist, commit 0c1e570): "
+        "tools/server/server-http.cpp (Server: llama.cpp), server-context.cpp (owned_by llamacpp, /props)",
+        owned_by=("llamacpp",),
+        server_header=("llama.cpp",),
+        probes=(Probe("/props", "build_info"),),
+        force_length=(("ignore_eos", FLAG), ("n_predict", LIMIT)),
+        cached_tokens=f"usage.{_USAGE} (and timings.cache_n)",
+        reasoning_field="reasoning_content",
+        stream_usage=("include_usage",),
+        metrics_path="/metrics",  # with --metrics
+        metrics=PrometheusNames(running="llamacpp:requests_processing", waiting="llamacpp:requests_deferred"),
+    ),
+    Engine(
+        "ollama",
+        "Ollama",
+        "docs.ollama.com (api-reference/get-version, openai compatibility): no length forcing, "
+        "no Prometheus endpoint",
+        probes=(Probe("/api/version", "version"),),
+        stream_usage=("include_usage",),
+    ),
+    Engine(
+        "tgi",
+        "Text Generation Inference",
+        "huggingface/text-generation-inference router/src/server.rs (/info router, /v1/models owned_by "
+        "is the model id), tgi_* metrics: no length forcing",
+        probes=(Probe("/info", "router", "text-generation"),),
+        stream_usage=("include_usage",),
+        metrics_path="/metrics",
+        metrics=PrometheusNames(running="tgi_batch_current_size", waiting="tgi_queue_size"),
+    ),
+    Engine(
+        "openai",
+        "OpenAI-compatible (unknown engine)",
+        "the OpenAI API reference: nothing beyond its fields is sent",
+        stream_usage=("include_usage",),
+    ),
+)
+
+DEFAULT = ENGINES[-1]  # what an unrecognised server is driven as
+BY_NAME = {engine.name: engine for engine in ENGINES}
