@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
-_SOURCES = ("mooncake", "azure", "burstgpt", "ragpulse")  # kept equal to pipeline.SOURCES by a test
+from llmreplay.importers import BY_NAME
 
 
 @click.command("import")
-@click.argument("source", type=click.Choice(_SOURCES))
+@click.argument("source", type=click.Choice(tuple(BY_NAME)))
 @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
 @click.option(
     "-o", "--out", "output", required=True, type=click.Path(path_type=Path), help="Trace file to write."

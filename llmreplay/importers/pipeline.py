@@ -6,14 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmreplay.errors import BadInput
+from llmreplay.importers import BY_NAME
 from llmreplay.importers.assemble import IMPORTED_ENDPOINT, IMPORTED_STREAM, assemble
-from llmreplay.importers.source_request import SourceRead, skip_counts, skip_summary
+from llmreplay.importers.source_request import skip_counts, skip_summary
 from llmreplay.output_paths import cannot_write, check_output_file
 from llmreplay.trace_format import TraceMeta
 from llmreplay.trace_io import write_trace
-
-SOURCES = ("mooncake", "azure", "burstgpt", "ragpulse")
-_BLOCKED_SOURCES = ("mooncake", "ragpulse")  # the sources that carry prefix ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,38 +34,19 @@ class ImportSummary:
 
 
 def check_config(config: ImportConfig) -> None:
-    if config.source not in SOURCES:
-        raise BadInput(f"import: unknown source {config.source!r} (one of {', '.join(SOURCES)})")
+    if config.source not in BY_NAME:
+        raise BadInput(f"import: unknown source {config.source!r} (one of {', '.join(BY_NAME)})")
     if config.block_size is not None:
         if config.block_size <= 0:
             raise BadInput(f"--block-size {config.block_size}: must be a positive number of tokens")
-        if config.source not in _BLOCKED_SOURCES:
+        if not BY_NAME[config.source].block_ids:
             raise BadInput(f"--block-size: {config.source} traces carry no prefix hash ids")
     check_output_file(config.output_path, config.force, "-o")
 
 
-def read_source(config: ImportConfig) -> SourceRead:
-    path = config.input_path
-    if config.source == "mooncake":
-        from llmreplay.importers.mooncake import read_mooncake
-
-        return read_mooncake(path, config.block_size)
-    if config.source == "azure":
-        from llmreplay.importers.azure import read_azure
-
-        return read_azure(path)
-    if config.source == "burstgpt":
-        from llmreplay.importers.burstgpt import read_burstgpt
-
-        return read_burstgpt(path)
-    from llmreplay.importers.ragpulse import read_ragpulse
-
-    return read_ragpulse(path, config.block_size)
-
-
 def import_trace_file(config: ImportConfig) -> ImportSummary:
     check_config(config)
-    read = read_source(config)
+    read = BY_NAME[config.source].read(config.input_path, config.block_size)
     rows_read = len(read.requests) + sum(len(lines) for lines in read.skipped.values())
     assembly = assemble(read.requests, config.source, read.skipped)
     if not assembly.records:
