@@ -66,8 +66,8 @@ def _opt(*names_kind_help):
 def sim(profile, error_status, **flags):
     """Serve a simulated OpenAI-compatible engine (continuous batching, prefix cache, faults).
 
-    Ready when GET /health answers 200. Test hook: the request header X-Sim-Fault
-    (500, 503, 429, cut, truncate, stream_error, invalid, hang, slow:<ms>) forces a fault.
+    Ready when GET /health answers 200. Test hook: the request header X-Sim-Fault forces a
+    fault (llmreplay/sim/faults.py FAULTS; an unknown value is answered with the list).
     """
     from llmreplay.sim.config import build_config
     from llmreplay.sim.run import run_sim

@@ -21,7 +21,7 @@ from aiohttp import web
 from llmreplay.engines import SIM_OWNED_BY
 from llmreplay.sim.config import SimConfig
 from llmreplay.sim.engine import Engine, EngineParams, Sequence
-from llmreplay.sim.faults import FAULT_HEADER, Fault, draw_fault, parse_fault_header
+from llmreplay.sim.faults import FAULT_HEADER, Fault, draw_fault, immediate_error, parse_fault_header
 from llmreplay.sim.ground_truth import REQUEST_COLUMNS, STEP_COLUMNS, ParquetSpool, steps_log_path
 from llmreplay.sim.openai_request import CompletionRequest, InvalidRequest, parse_body
 from llmreplay.sim.output_length import plan_output
@@ -301,10 +301,9 @@ class SimServer:
 
     async def _immediate_fault(self, fault: Fault, exchange: Exchange) -> web.StreamResponse | None:
         """Faults answered at once, without the engine; None when the request should run."""
-        if fault.kind in ("500", "503"):
-            raise InvalidRequest("simulated engine failure", int(fault.kind), "simulated_error")
-        if fault.kind == "429":
-            raise InvalidRequest("simulated rate limit", 429, "rate_limit_exceeded")
+        error = immediate_error(fault)
+        if error is not None:
+            raise error
         if fault.kind == "invalid":
             exchange.status, exchange.outcome = 200, "invalid"
             return web.Response(

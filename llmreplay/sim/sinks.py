@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from llmreplay.sim.engine import Sequence
+from llmreplay.sim.faults import STREAM_OUTCOMES
 from llmreplay.sim.wire import ChatEncoder, CompletionEncoder, chunk_frame, error_object, sse, usage
 
 _STREAM_ERROR = sse(
@@ -110,7 +111,7 @@ class BodySink:
             seq.outcome = "cancelled_by_client"
             return False
         if self._fault is not None and number > self._stop_after:
-            seq.outcome = {"cut": "cut", "truncate": "truncated"}.get(self._fault, "stream_error")
+            seq.outcome = STREAM_OUTCOMES[self._fault]
             return False
         return True
 

@@ -49,6 +49,14 @@ def test_server_errors(client, status, error):
     assert info.value.status_code == int(status) and info.value.body["type"] == "server_error"
 
 
+def test_400_is_a_refusal_the_sdk_raises_as_bad_request(client):
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(
+            model="sim-model", messages=MESSAGES, extra_headers={"X-Sim-Fault": "400"}
+        )
+    assert info.value.body["code"] == "context_length_exceeded"
+
+
 def test_429_has_retry_after(client):
     with pytest.raises(openai.RateLimitError) as info:
         client.chat.completions.create(
