@@ -71,7 +71,15 @@ def single_token_vocabulary(
 
 
 def vocabulary_words(tokenizer: Tokenizer) -> list[str]:
-    """The tokenizer's tokens that decode to a lowercase ASCII word (leading space stripped)."""
+    """The tokenizer's tokens that decode to a lowercase ASCII word (leading space stripped).
+
+    A tokenizer that cannot list its vocabulary (an engine's, over HTTP) is offered the default
+    tokenizer's words instead, to test in bulk.
+    """
+    if tokenizer.vocab_size() == 0:
+        from llmreplay.tokenizers import load_tokenizer
+
+        return vocabulary_words(load_tokenizer())
     found = set()
     for token_id in range(tokenizer.vocab_size()):
         try:
@@ -85,6 +93,9 @@ def vocabulary_words(tokenizer: Tokenizer) -> list[str]:
 
 def _single_tokens(tokenizer: Tokenizer, words, limit: int | None = None) -> dict[str, int]:
     """" word" -> its id, for the words that encode to one token and decode back to themselves."""
+    if hasattr(tokenizer, "single_token_words"):  # checked in bulk by the tokenizer itself
+        found = tokenizer.single_token_words(words)
+        return dict(list(found.items())[:limit]) if limit is not None else found
     single: dict[str, int] = {}
     for word in words:
         ids = tokenizer.encode(" " + word)

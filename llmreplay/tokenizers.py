@@ -125,6 +125,10 @@ def load_tokenizer(spec: str | None = None) -> Tokenizer:
     spec = spec or DEFAULT_TOKENIZER
     if spec == DEFAULT_TOKENIZER:
         return TekkenTokenizer(_tekken_path(), DEFAULT_TOKENIZER)
+    if spec.startswith("engine:"):
+        from llmreplay.engine_tokenizer import from_spec
+
+        return from_spec(spec)
     if spec.startswith("tiktoken:"):
         return _load_tiktoken(spec.removeprefix("tiktoken:"))
     path = Path(spec.removeprefix("hf:"))

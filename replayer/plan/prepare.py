@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the worker imports replayer.loop.request_file, not this module; keep it light anyway
@@ -36,6 +36,7 @@ class Prepared:
     build_s: float
     peak_rss_mb: float  # of the process that built the bodies
     in_process: bool  # False: a short-lived process of its own (the tokenizer was needed)
+    fit: dict | None = None  # prompts fitted to the target's count (replayer.plan.prompt_fit.FitStats)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,7 @@ class BuildJob:
     tokenizer: str | None
     session_header: str | None
     synthesis: bool  # some planned row has no recorded content: prompts are synthesized
+    api_key: str | None = field(default=None, repr=False)  # for an engine's /tokenize; never written
 
 
 def prepare_bodies(job: BuildJob) -> Prepared:
@@ -68,13 +70,16 @@ def write_requests(job: BuildJob) -> Prepared:
 
     from replayer.loop.process_memory import peak_rss_mb
     from replayer.loop.request_file import RequestFileWriter
+    from replayer.plan.prompt_fit import PromptFitter
     from replayer.plan.request_builder import build_request
     from replayer.plan.schedule import copy_name
     from replayer.plan.trace_rows import stream_records
 
     started = time.perf_counter()
     shards, build, session_header = job.shards, job.build, job.session_header
-    speller = _speller(job.tokenizer, job.block_size) if job.synthesis else None
+    tokenizer = _tokenizer(job) if job.synthesis else None
+    speller = _speller(tokenizer, job.block_size) if job.synthesis else None
+    fitter = PromptFitter(tokenizer) if hasattr(tokenizer, "count_chat") else None
     writers = [RequestFileWriter(s.tails_path, s.fields_path) for s in shards]
     try:
         rows, shard_of, index_of = _by_row(shards)
@@ -87,7 +92,7 @@ def write_requests(job: BuildJob) -> Prepared:
                 at += 1
                 shard = shards[s]
                 plan = shard.plans[index]
-                built = build_request(record, plan, build, speller)
+                built = build_request(record, plan, build, speller, fitter)
                 headers = [("X-Request-Id", copy_name(record.request_id, plan.copy_index))]
                 if session_header and record.session_id is not None:
                     headers.append((session_header, copy_name(record.session_id, plan.copy_index)))
@@ -104,7 +109,8 @@ def write_requests(job: BuildJob) -> Prepared:
         for writer in writers:
             writer.abort()
         raise
-    return Prepared(time.perf_counter() - started, peak_rss_mb(), speller is None)
+    fit = fitter.stats.as_dict() if fitter is not None else None
+    return Prepared(time.perf_counter() - started, peak_rss_mb(), speller is None, fit)
 
 
 def _by_row(shards: Sequence[Shard]):
@@ -125,7 +131,17 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
 
 
-def _speller(tokenizer: str | None, block_size: int):
+def _tokenizer(job: BuildJob):
+    """The tokenizer prompts are spelled for: an engine's (over HTTP, with the run's key) or a local one."""
+    from llmreplay.engine_tokenizer import SPEC_PREFIX, from_spec
+    from llmreplay.tokenizers import load_tokenizer
+
+    if job.tokenizer is not None and job.tokenizer.startswith(SPEC_PREFIX):
+        return from_spec(job.tokenizer, job.api_key)
+    return load_tokenizer(job.tokenizer)
+
+
+def _speller(tokenizer, block_size: int):
     from replayer.plan.prompt_synthesis import BlockSpeller, ExactTextWords
 
     return BlockSpeller(ExactTextWords(tokenizer), block_size)

@@ -47,10 +47,16 @@ class BlockSpeller:
         block_hashes: Sequence[int],
         request_key: str,
         nonce: int,
+        correction: int = 0,
     ) -> list[tuple[str, str]]:
-        """(role, text) per message. No message shapes -> one user message of `prompt_tokens`."""
+        """(role, text) per message. No message shapes -> one user message of `prompt_tokens`.
+
+        `correction` tokens are added to the last message (taken from earlier ones when negative).
+        """
         if not shapes:
             shapes = (MessageShape("user", prompt_tokens),)
+        if correction:
+            shapes = corrected(shapes, correction)
         size = self.block_size
         position = 0
         out = []
@@ -81,14 +87,31 @@ class BlockSpeller:
         return "".join(words[:tokens])
 
 
+def corrected(shapes: Sequence[MessageShape], correction: int) -> list[MessageShape]:
+    """The shapes with `correction` tokens added at the end (removed from the end when negative)."""
+    out = list(shapes)
+    if correction > 0:
+        out[-1] = MessageShape(out[-1].role, out[-1].tokens + correction)
+        return out
+    owed = -correction
+    for i in range(len(out) - 1, -1, -1):
+        take = min(owed, out[i].tokens)
+        out[i] = MessageShape(out[i].role, out[i].tokens - take)
+        owed -= take
+    return out
+
+
 class ExactTextWords:
     """WordSource over llmreplay.exact_text: block seed -> the same words ExactText.blocks spells."""
 
-    def __init__(self, tokenizer_spec: str | None):
+    def __init__(self, tokenizer):
+        """`tokenizer`: a loaded llmreplay.tokenizers.Tokenizer, or a `--tokenizer` spec (None: the default)."""
         from llmreplay.exact_text import ExactText
         from llmreplay.tokenizers import load_tokenizer
 
-        self._exact = ExactText(load_tokenizer(tokenizer_spec))
+        if tokenizer is None or isinstance(tokenizer, str):
+            tokenizer = load_tokenizer(tokenizer)
+        self._exact = ExactText(tokenizer)
         self.tokenizer_id = self._exact.tokenizer_id
 
     def words(self, seed: int, count: int) -> list[str]:

@@ -14,11 +14,12 @@ import orjson
 from llmreplay.engines import BY_NAME, FLAG, FLOOR
 from llmreplay.errors import BadInput
 from llmreplay.openai_wire.endpoints import REPLAY_PATHS
-from llmreplay.trace_format import TraceRecord
+from llmreplay.trace_format import SAMPLING_COLUMNS, TraceRecord
 from replayer.plan.arrays import PlannedRequest
+from replayer.plan.prompt_fit import PromptFitter
 from replayer.plan.prompt_synthesis import BlockSpeller, copy_nonce
 
-ENDPOINT_PATHS = REPLAY_PATHS
+ENDPOINT_PATHS = REPLAY_PATHS  # llmreplay.openai_wire.endpoints: a row there makes an endpoint replayable
 CANCEL_HEADROOM_TOKENS = 16
 # Largest prompt a body is built for: beyond any engine's context (a synthesized body of this many
 # tokens is ~50 MB). Checked per row before the clock (replayer.plan.bounds) and again here.
@@ -52,8 +53,14 @@ def requested_tokens(record: TraceRecord, plan: PlannedRequest) -> int | None:
 
 
 def build_request(
-    record: TraceRecord, plan: PlannedRequest, options: BuildOptions, speller: BlockSpeller | None
+    record: TraceRecord,
+    plan: PlannedRequest,
+    options: BuildOptions,
+    speller: BlockSpeller | None,
+    fitter: PromptFitter | None = None,
 ) -> BuiltRequest:
+    """The request of one planned row; with a `fitter`, synthesized prompts are fitted to the
+    target's own count (replayer.plan.prompt_fit)."""
     path = ENDPOINT_PATHS.get(record.endpoint)
     if path is None:
         raise BadInput(f"request {record.request_id}: endpoint {record.endpoint!r} cannot be replayed")
@@ -66,14 +73,22 @@ def build_request(
         body = {"model": model, "input": content.prompt_text()}
         return BuiltRequest(path, _json_bytes(body), False, None)
     body: dict = {"model": model}
+    fit = fitter is not None and not content.has_content and record.prompt_tokens is not None
     if record.endpoint == "chat_completions":
-        body["messages"] = content.messages()
         tools = content.tools()
+        if fit:
+            layout = (tuple(m.role for m in record.messages) or ("user",), len(tools or ()))
+            spell = lambda correction: (content.messages(correction), tools)  # noqa: E731
+            body["messages"] = fitter.fit_chat(record.prompt_tokens, layout, spell)[0]
+        else:
+            body["messages"] = content.messages()
         if tools:
             body["tools"] = tools
             choice = _tool_choice(record.tool_choice, tools)
             if choice is not None:
                 body["tool_choice"] = choice
+    elif fit:
+        body["prompt"] = fitter.fit_prompt(record.prompt_tokens, content.synthesized_prompt)
     else:
         body["prompt"] = content.prompt()
     response_format = content.response_format()
@@ -89,7 +104,7 @@ def build_request(
             if kind == FLOOR and plan.cancel_after_tokens is not None:
                 continue  # the engine must be free to stop where the recorded client hung up
             body[name] = True if kind == FLAG else wanted
-    for name in ("temperature", "top_p", "n", "seed"):
+    for name in SAMPLING_COLUMNS:
         value = getattr(record, name)
         if value is not None:
             body[name] = value
@@ -135,7 +150,7 @@ class _Content:
         # the original (costs a few prompt tokens).
         return f"[copy {self.plan.copy_index}:{self.nonce & 0xFFFFFF:06x}] " if self.nonce else ""
 
-    def messages(self) -> list:
+    def messages(self, correction: int = 0) -> list:
         if self.record.content_messages is not None:
             messages = _loads(self.record, "content_messages", self.record.content_messages, list)
             tag = self._tag()
@@ -150,7 +165,7 @@ class _Content:
         speller = self._need_speller()
         rec = self.record
         spelled = speller.messages(
-            rec.messages, rec.prompt_tokens, rec.prefix_block_hashes, rec.request_id, self.nonce
+            rec.messages, rec.prompt_tokens, rec.prefix_block_hashes, rec.request_id, self.nonce, correction
         )
         out = []
         for i, (role, text) in enumerate(spelled):
@@ -172,14 +187,15 @@ class _Content:
             return prompt if isinstance(prompt, str) else orjson.dumps(prompt).decode()
         if self.record.content_messages is not None:
             return " ".join(str(m.get("content", "")) for m in self.messages() if isinstance(m, dict))
-        return "".join(text for _, text in self._spelled_plain())
+        return self.synthesized_prompt()
 
-    def _spelled_plain(self):
+    def synthesized_prompt(self, correction: int = 0) -> str:
         rec = self.record
         speller = self._need_speller()
-        return speller.messages(
-            rec.messages, rec.prompt_tokens, rec.prefix_block_hashes, rec.request_id, self.nonce
+        spelled = speller.messages(
+            rec.messages, rec.prompt_tokens, rec.prefix_block_hashes, rec.request_id, self.nonce, correction
         )
+        return "".join(text for _, text in spelled)
 
     def tools(self) -> list | None:
         rec = self.record

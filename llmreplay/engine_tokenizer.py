@@ -1,0 +1,215 @@
+"""The target engine's own tokenizer and chat template, asked over its HTTP API before the clock.
+
+Two dialects: vLLM/SGLang (`/tokenize` with `prompt` or chat `messages`, `/detokenize`) and
+llama.cpp (`/tokenize` with `content`, `/apply-template`, `/detokenize`). Loopback or staging
+only; every call is bounded by a timeout and failures are BadInput naming the URL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import threading
+import urllib.parse
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from llmreplay.errors import BadInput
+
+TIMEOUT_S = 30.0
+BATCH_WORKERS = 8
+WORDS_PER_CALL = 1500  # words checked in one bulk /tokenize call (a few thousand tokens)
+_PROBE = " the quick brown fox jumps over the lazy dog"
+_SPACE_MARKS = ("Ġ", "▁")
+SPEC_PREFIX = "engine:"  # how byte-level and SentencePiece vocabularies spell a leading space
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one engine family spells tokenize, detokenize and chat-template calls."""
+
+    name: str
+    encode_body: callable  # (model, text, pieces) -> body
+    encode_ids: callable  # response -> ids
+    encode_pieces: callable  # response -> [(id, text of the token)] or None
+    decode_body: callable  # (model, ids) -> body
+    decode_text: callable  # response -> text
+
+
+def _vllm_pieces(answer: dict):
+    strs = answer.get("token_strs")
+    if strs is None:
+        return None
+    return [(i, _leading_space(s)) for i, s in zip(answer["tokens"], strs, strict=True)]
+
+
+def _leading_space(raw: str) -> str:
+    return " " + raw[1:] if raw[:1] in _SPACE_MARKS else raw
+
+
+DIALECTS = {
+    "vllm": Dialect(
+        "vllm",
+        lambda model, text, pieces: {
+            "model": model, "prompt": text, "add_special_tokens": False, "return_token_strs": pieces,
+        },
+        lambda answer: answer["tokens"],
+        _vllm_pieces,
+        lambda model, ids: {"model": model, "tokens": list(ids)},
+        lambda answer: answer["prompt"],
+    ),
+    "llama.cpp": Dialect(
+        "llama.cpp",
+        lambda model, text, pieces: {"content": text, "add_special": False, "with_pieces": pieces},
+        lambda answer: [t["id"] if isinstance(t, dict) else t for t in answer["tokens"]],
+        lambda answer: [(t["id"], t["piece"]) for t in answer["tokens"]]
+        if answer["tokens"] and isinstance(answer["tokens"][0], dict)
+        else None,
+        lambda model, ids: {"tokens": list(ids)},
+        lambda answer: answer["content"],
+    ),
+}
+
+
+class EngineTokenizer:
+    """llmreplay.tokenizers.Tokenizer over a live engine, plus `count_chat` (template included)."""
+
+    def __init__(self, base_url: str, model: str, dialect: str, api_key: str | None = None):
+        parts = urllib.parse.urlsplit(base_url)
+        self._host, self._port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+        self._https = parts.scheme == "https"
+        self._root = parts.path.rstrip("/").removesuffix("/v1")
+        self.base_url, self.model, self.dialect = base_url, model, DIALECTS[dialect]
+        if parts.username or parts.password:
+            raise BadInput(f"{parts.hostname}: credentials in the target URL are not supported; use --api-key")
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._local = threading.local()
+        self.id = f"engine:{dialect}:{model}#{self._fingerprint()}"
+
+    # -- the Tokenizer protocol ---------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        return self.dialect.encode_ids(self._post("/tokenize", self.dialect.encode_body(self.model, text, False)))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.dialect.decode_text(self._post("/detokenize", self.dialect.decode_body(self.model, ids)))
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        with ThreadPoolExecutor(BATCH_WORKERS) as pool:
+            return list(pool.map(self.encode, texts))
+
+    def vocab_size(self) -> int:
+        return 0  # not enumerable over HTTP: llmreplay.exact_text asks `single_token_words` instead
+
+    # -- what only an engine can tell --------------------------------------------------------
+
+    def single_token_words(self, words: Iterable[str]) -> dict[str, int]:
+        """" word" -> id for the words that are one token in running text, from bulk calls."""
+        words = list(words)
+        chunks = [words[i : i + WORDS_PER_CALL] for i in range(0, len(words), WORDS_PER_CALL)]
+        with ThreadPoolExecutor(BATCH_WORKERS) as pool:
+            found: dict[str, int] = {}
+            for part in pool.map(self._single_in_chunk, chunks):
+                found.update(part)
+        return found
+
+    def _single_in_chunk(self, words: Sequence[str]) -> dict[str, int]:
+        text = "".join(" " + w for w in words)
+        pieces = self.dialect.encode_pieces(self._post("/tokenize", self.dialect.encode_body(self.model, text, True)))
+        if pieces is None:
+            return {" " + w: ids[0] for w, ids in zip(words, self.encode_batch([" " + w for w in words]), strict=True)
+                    if len(ids) == 1}
+        wanted, found, current = set(words), {}, []
+        for token_id, piece in [*pieces, (None, " ")]:  # a word starts at each piece with a space
+            if piece.startswith(" ") and current:
+                if len(current) == 1 and current[0][1][1:] in wanted:
+                    found[current[0][1]] = current[0][0]
+                current = []
+            current.append((token_id, piece))
+        return found
+
+    def count_chat(self, messages: list[dict], tools: list[dict] | None = None) -> int:
+        """The prompt tokens the engine counts for this chat request: messages, tools and template."""
+        body = {"model": self.model, "messages": messages, "add_generation_prompt": True}
+        if tools:
+            body["tools"] = tools
+        if self.dialect.name == "vllm":
+            return self._post("/tokenize", body)["count"]
+        prompt = self._post("/apply-template", body)["prompt"]
+        answer = self._post("/tokenize", {"content": prompt, "add_special": True, "parse_special": True})
+        return len(answer["tokens"])
+
+    def count_prompt(self, text: str) -> int:
+        """The prompt tokens the engine counts for a completions prompt (BOS and the like included)."""
+        if self.dialect.name == "vllm":
+            return self._post("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": True})["count"]
+        return len(self._post("/tokenize", {"content": text, "add_special": True})["tokens"])
+
+    @property
+    def spec(self) -> str:
+        """The `--tokenizer` spelling of this tokenizer (llmreplay.tokenizers.load_tokenizer reads it)."""
+        return f"{SPEC_PREFIX}{self.dialect.name}:{self.model}@{self.base_url}"
+
+    # -- HTTP ----------------------------------------------------------------------------------
+
+    def _fingerprint(self) -> str:
+        ids = self.encode(_PROBE)
+        return hashlib.blake2b(json.dumps([self.dialect.name, self.model, ids]).encode(), digest_size=6).hexdigest()
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            conn = self._local.conn = cls(self._host, self._port, timeout=TIMEOUT_S)
+        return conn
+
+    def _post(self, path: str, body: dict) -> dict:
+        url = f"{self.base_url.rstrip('/')}{path}"
+        data = json.dumps(body).encode()
+        for attempt in (1, 2):  # a kept-alive connection the server closed is retried once
+            conn = self._connection()
+            try:
+                conn.request("POST", self._root + path, data, self._headers)
+                answer = conn.getresponse()
+                payload = answer.read()
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                self._local.conn = None
+                if attempt == 2:
+                    raise BadInput(f"{url}: the engine's tokenizer did not answer ({exc})") from None
+                continue
+            if answer.status != 200:
+                raise BadInput(f"{url}: HTTP {answer.status} {payload[:200].decode('utf-8', 'replace')!r}")
+            try:
+                return json.loads(payload)
+            except ValueError:
+                raise BadInput(f"{url}: the answer is not JSON ({payload[:80]!r})") from None
+        raise AssertionError("unreachable")
+
+
+def from_spec(spec: str, api_key: str | None = None) -> EngineTokenizer:
+    """`engine:DIALECT:MODEL@BASE_URL` -> the engine's tokenizer (BadInput if it does not answer)."""
+    dialect, _, rest = spec.removeprefix(SPEC_PREFIX).partition(":")
+    model, _, base_url = rest.rpartition("@")
+    if dialect not in DIALECTS or not model or not base_url:
+        raise BadInput(f"--tokenizer {spec}: expected engine:DIALECT:MODEL@URL with DIALECT one of {', '.join(DIALECTS)}")
+    return EngineTokenizer(base_url, model, dialect, api_key)
+
+
+def detect_dialect(base_url: str, model: str, api_key: str | None = None) -> str | None:
+    """The dialect whose /tokenize answers on this engine, or None (no tokenize endpoint)."""
+    for name in DIALECTS:
+        try:
+            tokenizer = EngineTokenizer(base_url, model, name, api_key)
+            if tokenizer.encode(_PROBE):
+                return name
+        except (BadInput, KeyError, TypeError):
+            continue
+    return None
