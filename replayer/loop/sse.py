@@ -29,6 +29,7 @@ from llmreplay.openai_wire.error_object import error_object_kind, error_text
 # A key outside a JSON string always starts with an unescaped quote, so these byte patterns cannot
 # be fooled by generated text (whose quotes arrive escaped).
 # A null value needs no parse: SGLang sends `"tool_calls":null` and `"usage":null` in every chunk.
+_CR = 13
 _NEEDS_PARSE = re.compile(rb'"(?:tool_calls|error|usage|finish_reason)" *: *[^ n]')
 
 
@@ -90,10 +91,16 @@ class SseStream:
         return len(self.chunk_offsets_ns)
 
     def feed(self, data: bytes, arrival_ns: int) -> None:
-        if self._buffer:
-            data = self._buffer + data
+        buffer = self._buffer
+        if buffer:
+            if buffer[-1] == _CR:  # the last read ended a line with CR: a LF opening this one is its pair
+                buffer = buffer[:-1]
+                if data[:1] == b"\n":
+                    data = data[1:]
+            data = buffer + data
         if data.find(b"\r") >= 0:  # not `in`: bytes.__contains__ first raises and clears a TypeError
-            data = _normalise_newlines(data)
+            self._feed_cr(data, arrival_ns)
+            return
         head = self._head
         if head is not None and data.endswith(self._tail) and data.startswith(head):
             # One text chunk in the learned framing, if the text between holds no quote: a second
@@ -134,6 +141,14 @@ class SseStream:
                         self._learn_framing(event, 6 + text.end() - 1, True)
             elif event:
                 self._event(event, arrival_ns)
+
+    def _feed_cr(self, data: bytes, arrival_ns: int) -> None:
+        """A read with CR line ends (WHATWG: CRLF, CR or LF): a CR ends its line at once, as in the
+        recorder's splitter; a CR at the very end leaves a marker so the next read's LF is dropped."""
+        self._buffer = b""
+        self.feed(data.replace(b"\r\n", b"\n").replace(b"\r", b"\n"), arrival_ns)
+        if data[-1] == _CR:
+            self._buffer += b"\r"
 
     def _learn_framing(self, event: bytes, text_start: int, reasoning: bool) -> None:
         """Remember the bytes around this plain text chunk's text (which starts at `text_start`)."""
@@ -218,13 +233,6 @@ class SseStream:
         channel = event_channel(obj)
         if channel is not None and arrival_ns is not None:
             self._stamp(channel, arrival_ns)
-
-
-def _normalise_newlines(data: bytes) -> bytes:
-    # A CR at the very end may be the first half of a CRLF split across reads: keep it as is.
-    if data.endswith(b"\r"):
-        return _normalise_newlines(data[:-1]) + b"\r"
-    return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
 
 
 def _string_end(data: bytes, start: int) -> int:

@@ -1,0 +1,125 @@
+"""The recorder's and the replayer's parsers read one corpus alike: same chunk stamps, TTFT, TTFO,
+reasoning share, token counts and error kind, however the bytes are split into reads.
+
+The corpus is tests/data/sse: a `.sse` file is a response body as sent (adding a stream is adding a
+file); an optional first SSE comment `: expect {...}` states what its chunks must add up to. A
+`.json` file is a whole (non-streamed) 200 body.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llmreplay.openai_wire.response import summarize_json, summarize_stream
+from llmreplay.openai_wire.stream_timing import stream_timing
+from llmreplay.openai_wire.usage import parse_usage
+from recorder.capture import Capture
+from recorder.record_builder import _stamped_events, classify_error
+from recorder.request_shape import RequestShape
+from replayer.loop.client import Outcome, _finish_stream, _read_whole
+from replayer.loop.sse import SseStream
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "sse"
+STREAMS = sorted(CORPUS.glob("*.sse"))
+BODIES = sorted(CORPUS.glob("*.json"))
+READ_NS = 1_000  # read i arrives at (i + 1) * READ_NS after the request
+
+
+def recorded(reads: list[bytes]) -> tuple:
+    """What the recorder's converter makes of these reads (record_builder's own path)."""
+    cap = Capture("r", "chat_completions", 0, 0, 1 << 30)
+    cap.status, cap.content_type, cap.outcome = 200, "text/event-stream", "response"
+    cap.reads = [((i + 1) * READ_NS, data) for i, data in enumerate(reads)]
+    cap.end_ns = len(reads) * READ_NS
+    shape = summarize_stream(_stamped_events(cap, None))
+    timing = stream_timing(
+        shape.token_event_ns, shape.first_answer_index, shape.reasoning_events, shape.reasoning_tokens
+    )
+    kind = classify_error(cap, RequestShape(), shape)
+    counts = (shape.prompt_tokens, shape.completion_tokens, shape.cached_tokens, len(shape.tool_calls))
+    return tuple(shape.token_event_ns), timing, counts, shape.finish_reason, kind
+
+
+def replayed(reads: list[bytes]) -> tuple:
+    """What the replayer's worker makes of the same reads (client.Exchange's stream path)."""
+    outcome = Outcome(0)
+    sse = SseStream(0)
+    outcome.chunk_offsets_ns = sse.chunk_offsets_ns  # as Exchange.on_headers_complete hands it over
+    for i, data in enumerate(reads):
+        sse.feed(data, (i + 1) * READ_NS)
+    outcome.e2e_ns = len(reads) * READ_NS
+    _finish_stream(sse, outcome, reads)
+    usage = parse_usage(outcome.usage)
+    first = sse.first_answer if sse.first_answer >= 0 else None
+    timing = stream_timing(
+        outcome.chunk_offsets_ns or (), first, outcome.reasoning_chunks, usage.reasoning_tokens
+    )
+    assert (timing.ttft_ns, timing.ttfo_ns) == (outcome.ttft_ns, outcome.ttfo_ns)
+    counts = (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, outcome.tool_calls_count)
+    return tuple(outcome.chunk_offsets_ns or ()), timing, counts, outcome.finish_reason, outcome.error_kind
+
+
+def event_reads(body: bytes) -> list[bytes]:
+    """One read per event, as a server flushing each event sends them."""
+    sep = b"\r\n\r\n" if b"\r\n" in body else b"\n\n"
+    return [part + sep for part in body.split(sep)[:-1]]
+
+
+@pytest.mark.parametrize("path", STREAMS, ids=[p.name for p in STREAMS])
+def test_one_read_per_event_meets_the_expectation(path):
+    body = path.read_bytes()
+    facts = recorded(event_reads(body))
+    assert facts == replayed(event_reads(body))
+    expect = _expectation(body)
+    if expect is None:
+        return
+    stamps, timing, counts, _, kind = facts
+    assert len(stamps) == expect["token_chunks"]
+    # the expect comment is read 0, so chunk c arrived with read c + 2 when each event is one read
+    answer = expect["first_answer_chunk"]
+    assert timing.ttfo_ns == (None if answer is None else stamps[answer])
+    assert timing.ttft_ns == stamps[0]
+    assert timing.reasoning_tokens == expect["reasoning_tokens"]
+    assert counts[1] == expect["completion_tokens"]
+    assert (kind == "stream_error") == expect.get("error", False)
+
+
+@pytest.mark.parametrize("path", STREAMS, ids=[p.name for p in STREAMS])
+def test_every_split_into_two_reads_is_read_alike(path):
+    body = path.read_bytes()
+    for cut in range(1, len(body)):
+        reads = [body[:cut], body[cut:]]
+        assert recorded(reads) == replayed(reads), f"split at byte {cut}"
+
+
+@pytest.mark.parametrize("path", STREAMS, ids=[p.name for p in STREAMS])
+def test_byte_by_byte_reads_are_read_alike(path):
+    body = path.read_bytes()
+    reads = [body[i : i + 1] for i in range(len(body))]
+    assert recorded(reads) == replayed(reads)
+
+
+def test_reasoning_moves_ttft_not_ttfo():
+    _, timing, _, _, _ = recorded(event_reads((CORPUS / "reasoning_then_content.sse").read_bytes()))
+    # reads: expect comment, role chunk, 2 reasoning, 2 content: reasoning starts with read 3, the answer read 5
+    assert (timing.ttft_ns, timing.ttfo_ns, timing.reasoning_ns) == (3_000, 5_000, 2_000)
+
+
+@pytest.mark.parametrize("path", BODIES, ids=[p.name for p in BODIES])
+def test_a_whole_body_is_classified_and_counted_alike(path):
+    raw = path.read_bytes()
+    cap = Capture("r", "chat_completions", 0, 0, 1 << 20)
+    cap.status, cap.content_type, cap.outcome = 200, "application/json", "response"
+    shape = summarize_json(raw, "chat_completions")
+    outcome = Outcome(0)
+    _read_whole(raw, "application/json", outcome, asked_stream=False)
+    assert classify_error(cap, RequestShape(), shape) == outcome.error_kind
+    assert shape.completion_tokens == parse_usage(outcome.usage).completion_tokens
+
+
+def _expectation(body: bytes) -> dict | None:
+    first = body.split(b"\n", 1)[0].strip()
+    return json.loads(first.removeprefix(b": expect ")) if first.startswith(b": expect ") else None
