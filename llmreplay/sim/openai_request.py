@@ -39,6 +39,7 @@ class CompletionRequest:
     min_tokens: int
     ignore_eos: bool
     tool_name: str | None  # the function to call when the answer is a tool call
+    cache_salt: str | None = None  # vLLM's: prompts with different salts share no cached prefix
 
 
 def parse_body(raw: bytes, endpoint: str) -> CompletionRequest:
@@ -72,7 +73,7 @@ def parse_body(raw: bytes, endpoint: str) -> CompletionRequest:
         tool_name, message_count = None, 0
     return CompletionRequest(
         endpoint, model, stream, include_usage, texts, token_ids, message_count,
-        max_tokens, min_tokens, ignore_eos, tool_name,
+        max_tokens, min_tokens, ignore_eos, tool_name, _optional(body, "cache_salt", str),
     )  # fmt: skip
 
 

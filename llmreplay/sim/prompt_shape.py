@@ -7,6 +7,7 @@ fixed filler ids (default 0, so synthesized prompts count exactly). CPU-bound: r
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from llmreplay.prefix_hash import prefix_block_hashes
@@ -41,4 +42,8 @@ def prompt_shape(
 ) -> PromptShape:
     ids = prompt_token_ids(tokenizer, request, message_overhead_tokens)
     full = len(ids) - len(ids) % block_size
-    return PromptShape(len(ids), tuple(prefix_block_hashes(ids[:full], block_size)))
+    hashes = prefix_block_hashes(ids[:full], block_size)
+    if request.cache_salt:  # as vLLM: the salt joins the first block's hash, so the whole chain
+        salt = int.from_bytes(hashlib.blake2b(request.cache_salt.encode(), digest_size=8).digest(), "little", signed=True)
+        hashes = [h ^ salt for h in hashes]
+    return PromptShape(len(ids), tuple(hashes))

@@ -68,11 +68,16 @@ def build_request(
     if not model:
         raise BadInput(f"request {record.request_id}: no model in the trace; pass --model")
     nonce = copy_nonce(plan.copy_index, options.seed)
-    content = _Content(record, plan, speller, nonce)
+    # A copy is kept out of the original's prefix cache by `cache_salt` where the engine takes it
+    # (no prompt token added); elsewhere recorded content gets a tag in front.
+    salted = bool(nonce) and BY_NAME[options.engine].cache_salt
+    content = _Content(record, plan, speller, nonce, tag_copies=not salted)
     if record.endpoint == "embeddings":
         body = {"model": model, "input": content.prompt_text()}
         return BuiltRequest(path, _json_bytes(body), False, None)
     body: dict = {"model": model}
+    if salted:
+        body["cache_salt"] = f"llmreplay-copy-{plan.copy_index}-{nonce:016x}"
     fit = fitter is not None and not content.has_content and record.prompt_tokens is not None
     if record.endpoint == "chat_completions":
         tools = content.tools()
@@ -128,11 +133,19 @@ def _tool_choice(recorded: str | None, tools: list) -> object:
 class _Content:
     """Recorded content when the trace has it, else text synthesized from the shape."""
 
-    def __init__(self, record: TraceRecord, plan: PlannedRequest, speller: BlockSpeller | None, nonce: int):
+    def __init__(
+        self,
+        record: TraceRecord,
+        plan: PlannedRequest,
+        speller: BlockSpeller | None,
+        nonce: int,
+        tag_copies: bool = True,
+    ):
         self.record = record
         self.plan = plan
         self.speller = speller
         self.nonce = nonce
+        self.tag_copies = tag_copies
         self.has_content = record.content_messages is not None or record.content_prompt is not None
         if not self.has_content:
             _check_synthesized_size(record)
@@ -148,7 +161,7 @@ class _Content:
     def _tag(self) -> str:
         # Copies of recorded content get a per-copy tag in front, so they share no cache prefix with
         # the original (costs a few prompt tokens).
-        return f"[copy {self.plan.copy_index}:{self.nonce & 0xFFFFFF:06x}] " if self.nonce else ""
+        return f"[copy {self.plan.copy_index}:{self.nonce & 0xFFFFFF:06x}] " if self.nonce and self.tag_copies else ""
 
     def messages(self, correction: int = 0) -> list:
         if self.record.content_messages is not None:
@@ -178,7 +191,7 @@ class _Content:
     def prompt(self) -> object:
         if self.record.content_prompt is not None:
             prompt = _loads(self.record, "content_prompt", self.record.content_prompt, (str, list))
-            return self._tag() + prompt if isinstance(prompt, str) and self.nonce else prompt
+            return self._tag() + prompt if isinstance(prompt, str) else prompt
         return self.prompt_text()
 
     def prompt_text(self) -> str:
