@@ -31,15 +31,32 @@ class FitStats:
     calls: int = 0
     worst_off: int = 0
     corrections: dict = field(default_factory=dict)  # layout -> token correction last used
+    content_errors: list = field(default_factory=list)  # recorded content: target count / recorded - 1
 
     def as_dict(self) -> dict:
         return {
-            "exact": self.exact,
-            "off": self.off,
-            "counting_calls": self.calls,
+            "synthesized_exact": self.exact,
+            "synthesized_off": self.off,
             "worst_off_tokens": self.worst_off,
+            "counting_calls": self.calls,
             "layout_corrections": {"/".join(k[0]) + f"+{k[1]} tools": v for k, v in self.corrections.items()},
+            "content": content_summary(self.content_errors),
         }
+
+
+def content_summary(errors: list[float]) -> dict | None:
+    """Recorded content as the target counts it: exact share and relative error p50/p90 (signed)."""
+    if not errors:
+        return None
+    ordered = sorted(errors)
+    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return {
+        "requests": len(ordered),
+        "exact_share": sum(1 for e in ordered if e == 0) / len(ordered),
+        "relative_error_p50": pick(0.5),
+        "relative_error_p90": pick(0.9),
+        "hint": None if pick(0.9) == 0 and pick(0.1) == 0 else "--fit-lengths respells it to the target's counts",
+    }
 
 
 class PromptFitter:
@@ -52,6 +69,12 @@ class PromptFitter:
     def fit_chat(self, recorded: int, layout: tuple, spell: Callable[[int], tuple[list, list | None]]):
         """(messages, tools) spelled so the target's count is `recorded`; `spell(correction)` respells."""
         return self._fit(recorded, layout, spell, lambda body: self.counter.count_chat(*body))
+
+    def measure_chat(self, recorded: int, messages: list, tools: list | None) -> None:
+        """Count recorded content on the target without changing it (reported before the clock)."""
+        counted = self.counter.count_chat(messages, tools)
+        self.stats.calls += 1
+        self.stats.content_errors.append(counted / max(recorded, 1) - 1.0)
 
     def fit_prompt(self, recorded: int, spell: Callable[[int], str]) -> str:
         return self._fit(recorded, (("prompt",), 0), spell, self.counter.count_prompt)

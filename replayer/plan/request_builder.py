@@ -40,6 +40,7 @@ class BuildOptions:
     model: str | None  # --model: overrides every row
     default_model: str | None  # the target's first model, for rows without one
     seed: int = 0
+    fit_lengths: bool = False  # recorded content is respelled from its shape to the target's counts
 
 
 def requested_tokens(record: TraceRecord, plan: PlannedRequest) -> int | None:
@@ -71,7 +72,7 @@ def build_request(
     # A copy is kept out of the original's prefix cache by `cache_salt` where the engine takes it
     # (no prompt token added); elsewhere recorded content gets a tag in front.
     salted = bool(nonce) and BY_NAME[options.engine].cache_salt
-    content = _Content(record, plan, speller, nonce, tag_copies=not salted)
+    content = _Content(record, plan, speller, nonce, tag_copies=not salted, respell=options.fit_lengths)
     if record.endpoint == "embeddings":
         body = {"model": model, "input": content.prompt_text()}
         return BuiltRequest(path, _json_bytes(body), False, None)
@@ -87,6 +88,8 @@ def build_request(
             body["messages"] = fitter.fit_chat(record.prompt_tokens, layout, spell)[0]
         else:
             body["messages"] = content.messages()
+            if fitter is not None and record.prompt_tokens is not None:
+                fitter.measure_chat(record.prompt_tokens, body["messages"], tools)
         if tools:
             body["tools"] = tools
             choice = _tool_choice(record.tool_choice, tools)
@@ -140,13 +143,16 @@ class _Content:
         speller: BlockSpeller | None,
         nonce: int,
         tag_copies: bool = True,
+        respell: bool = False,
     ):
         self.record = record
         self.plan = plan
         self.speller = speller
         self.nonce = nonce
         self.tag_copies = tag_copies
-        self.has_content = record.content_messages is not None or record.content_prompt is not None
+        self.has_content = not respell and (
+            record.content_messages is not None or record.content_prompt is not None
+        )
         if not self.has_content:
             _check_synthesized_size(record)
 
@@ -164,7 +170,7 @@ class _Content:
         return f"[copy {self.plan.copy_index}:{self.nonce & 0xFFFFFF:06x}] " if self.nonce and self.tag_copies else ""
 
     def messages(self, correction: int = 0) -> list:
-        if self.record.content_messages is not None:
+        if self.has_content and self.record.content_messages is not None:
             messages = _loads(self.record, "content_messages", self.record.content_messages, list)
             tag = self._tag()
             if (
@@ -189,16 +195,16 @@ class _Content:
         return out
 
     def prompt(self) -> object:
-        if self.record.content_prompt is not None:
+        if self.has_content and self.record.content_prompt is not None:
             prompt = _loads(self.record, "content_prompt", self.record.content_prompt, (str, list))
             return self._tag() + prompt if isinstance(prompt, str) else prompt
         return self.prompt_text()
 
     def prompt_text(self) -> str:
-        if self.record.content_prompt is not None:
+        if self.has_content and self.record.content_prompt is not None:
             prompt = self.prompt()
             return prompt if isinstance(prompt, str) else orjson.dumps(prompt).decode()
-        if self.record.content_messages is not None:
+        if self.has_content and self.record.content_messages is not None:
             return " ".join(str(m.get("content", "")) for m in self.messages() if isinstance(m, dict))
         return self.synthesized_prompt()
 
@@ -212,7 +218,7 @@ class _Content:
 
     def tools(self) -> list | None:
         rec = self.record
-        if rec.content_tools is not None:
+        if self.has_content and rec.content_tools is not None:
             return _loads(rec, "content_tools", rec.content_tools, list) or None
         if rec.tools_count <= 0 or self.has_content:
             return None
@@ -232,7 +238,7 @@ class _Content:
 
     def response_format(self) -> dict | None:
         rec = self.record
-        if rec.content_response_format is not None:
+        if self.has_content and rec.content_response_format is not None:
             return _loads(rec, "content_response_format", rec.content_response_format, dict)
         if rec.structured_output == "json_object":
             return {"type": "json_object"}
