@@ -6,7 +6,6 @@ Heavy imports happen inside the command so `llmreplay --help` stays fast.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
@@ -107,7 +106,7 @@ def anonymize(
     if result.miss_count and not quiet and not as_json:
         click.echo("\n".join(f"  miss: {m}" for m in result.misses), err=True)
     if report is not None and not report.ok:
-        sys.exit(1)
+        raise SystemExit(1)  # the verification failed
 
 
 def _summary(result) -> str:

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import click
 
+from llmreplay import options
 from llmreplay.errors import BadInput
+from llmreplay.options import as_path, force_field, option
 from llmreplay.output_paths import atomic_output, check_output_file
 
 MOONCAKE_BLOCK_SIZE = 512  # what SGLang and AIPerf assume unless told (AIPerf: --isl-block-size)
@@ -34,13 +36,25 @@ _COLUMNS = (
 @dataclass(frozen=True, slots=True)
 class MooncakeExportConfig:
     trace_path: Path
-    output_path: Path
-    force: bool = False
-    block_size: int = MOONCAKE_BLOCK_SIZE  # block size of the written hash_ids
+    output_path: Path = option(
+        flags=("-o", "--out"), required=True, metavar="FILE", parse=as_path, help="jsonl file to write."
+    )
+    force: bool = force_field()
+    block_size: int = option(
+        MOONCAKE_BLOCK_SIZE,
+        type=int,
+        help="Tokens per written hash id, what the Mooncake tools assume unless told; a multiple of the "
+        "trace's block size.",
+    )
     # "timestamp": every row keeps its arrival (SGLang needs it; AIPerf sends a later turn at its
     # timestamp, not before the previous answer). "delay": later turns carry AIPerf's `delay` (think
     # time, ms after the previous answer) instead, as llmreplay replays sessions.
-    session_timing: str = "timestamp"
+    session_timing: str = option(
+        "timestamp",
+        choices=SESSION_TIMINGS,
+        help="Later turns of a session: 'timestamp' (SGLang and AIPerf) or AIPerf's 'delay' (think time "
+        "after the previous answer, as llmreplay replays sessions).",
+    )
 
 
 @dataclass(slots=True)
@@ -189,25 +203,8 @@ def _chain(first, rest):
 @click.command("export")
 @click.argument("target", type=click.Choice(["mooncake"]))
 @click.argument("trace", type=click.Path(path_type=Path))
-@click.option(
-    "-o", "--out", "output", required=True, type=click.Path(path_type=Path), help="jsonl file to write."
-)
-@click.option("--force", is_flag=True, help="Replace the output file if it exists.")
-@click.option(
-    "--block-size",
-    type=int,
-    default=None,
-    help="Tokens per written hash id, what the Mooncake tools assume unless told; a multiple of the "
-    f"trace's block size [default: {MOONCAKE_BLOCK_SIZE}].",
-)
-@click.option(
-    "--session-timing",
-    type=click.Choice(SESSION_TIMINGS),
-    default=None,
-    help="Later turns of a session: 'timestamp' (SGLang and AIPerf) or AIPerf's 'delay' (think time "
-    "after the previous answer, as llmreplay replays sessions) [default: timestamp].",
-)
-def export_trace(target: str, trace: Path, output: Path, force: bool, block_size, session_timing):
+@options.click_options(MooncakeExportConfig)
+def export_trace(target: str, trace: Path, **values):
     """Write TRACE as Mooncake jsonl (timestamps in ms from its first request) for AIPerf or SGLang.
 
     \b
@@ -220,14 +217,11 @@ def export_trace(target: str, trace: Path, output: Path, force: bool, block_size
       python -m sglang.bench_serving --backend sglang --model MODEL --dataset-name mooncake
         --dataset-path OUT --mooncake-workload conversation --use-trace-timestamps true
     """
-    given = {"block_size": block_size, "session_timing": session_timing}
-    config = MooncakeExportConfig(
-        trace_path=trace, output_path=output, force=force, **{k: v for k, v in given.items() if v is not None}
-    )
-    summary = export_mooncake(config, block_size_given=block_size is not None)
+    config = options.build(MooncakeExportConfig, values, trace_path=trace)
+    summary = export_mooncake(config, block_size_given=values["block_size"] is not None)
     for warning in summary.warnings:
         click.echo(f"llmreplay export: warning: {warning}", err=True)
     if summary.skipped:
         reasons = "; ".join(f"{count} {reason}" for reason, count in summary.skipped.items())
         click.echo(f"llmreplay export: skipped {sum(summary.skipped.values())} rows: {reasons}", err=True)
-    click.echo(f"wrote {summary.rows_written} rows to {output}")
+    click.echo(f"wrote {summary.rows_written} rows to {config.output_path}")

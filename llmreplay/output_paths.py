@@ -1,7 +1,6 @@
-"""Output paths of every command: checked before any work, written under a temporary name, renamed.
+"""Output paths, the one home of their checks and of the atomic write (temporary name, fsync, rename).
 
-A target that is a directory, a device, a FIFO or a symbolic link is refused, never replaced; a place
-that cannot be written is refused up front. Failures are one BadInput line naming the flag and path.
+A directory, device, FIFO or symbolic link is never replaced; failures are one BadInput line naming the flag.
 """
 
 from __future__ import annotations
@@ -60,20 +59,34 @@ def temp_path(target: Path) -> Path:
 def commit(tmp: Path, target: Path, flag: str = "-o") -> None:
     """fsync `tmp` and rename it onto `target` (replace_file); OSError becomes one BadInput line."""
     try:
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        replace_file(tmp, target, flag)
+        publish(tmp, target, flag=flag)
     except OSError as exc:
         raise cannot_write(flag, target, exc) from None
 
 
-def replace_file(tmp: Path, target: Path, flag: str = "-o") -> None:
+def publish(
+    tmp: str | os.PathLike, target: str | os.PathLike, durable: bool = True, flag: str = "-o"
+) -> None:
+    """The one rename of a finished file onto its name: complete there, or absent.
+
+    `durable` fsyncs the file first (and the directory after); a hand-off between the processes of
+    one run may skip that. OSError propagates: internal writers have no flag to name.
+    """
+    tmp, target = Path(tmp), Path(target)
+    if durable:
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+    replace_file(tmp, target, flag, durable)
+
+
+def replace_file(tmp: Path, target: Path, flag: str = "-o", durable: bool = True) -> None:
     """Rename `tmp` onto `target`, refusing a target that is (now) a directory, device or link."""
     info = _lstat(target, flag)
     if info is not None:
         _refuse_special(target, info, flag, want_dir=False)
     os.replace(tmp, target)
-    _fsync_dir(target.parent)
+    if durable:
+        _fsync_dir(target.parent)
 
 
 @contextmanager

@@ -5,11 +5,10 @@ Heavy imports (mitmproxy, tokenizers) happen inside the command so `--help` stay
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 import click
 
 from llmreplay.errors import BadInput
+from llmreplay.options import http_url
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -43,9 +42,7 @@ def _check_listen(host: str, port: int) -> None:
 
 
 def _upstream(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BadInput(f"--upstream {url!r}: expected http://HOST:PORT or https://HOST:PORT")
+    http_url(url, "--upstream")
     return url.rstrip("/")
 
 

@@ -1,29 +1,72 @@
-"""The one place where replay settings and their defaults live; the CLI only fills it in."""
+"""Replay settings: each field's default, flag, help and check, declared once; `replay`'s flags are built from them.
+
+Light (no pyarrow, numpy or click): the worker processes import it.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 
-from replayer.compare.gate_limits import MAX_ERROR_RATE, FidelityLimits
+from llmreplay.errors import BadInput
+from llmreplay.options import duration, factor, option, url
+from llmreplay.tokenizers import DEFAULT_TOKENIZER
+from replayer.compare.gate_limits import FidelityLimits, max_error_rate_field
 
 ENGINES = ("detect", "vllm", "sglang", "trtllm", "openai")
 NS_PER_S = 1_000_000_000
+
+
+def parse_headers(values: tuple[str, ...], flag: str) -> tuple[tuple[str, str], ...]:
+    """`NAME:VALUE` strings -> (name, value) pairs, spaces around both trimmed."""
+    pairs = []
+    for value in values:
+        name, sep, rest = value.partition(":")
+        if not sep or not name.strip():
+            raise BadInput(
+                f"{flag}: expected NAME:VALUE, got a value without a name or colon (name {name.strip()!r})"
+            )
+        pairs.append((name.strip(), rest.strip()))
+    return tuple(pairs)
 
 
 @dataclass(frozen=True, slots=True)
 class ScheduleConfig:
     """How the trace's time axis and load are transformed into a schedule (pure planning)."""
 
-    speed: float = 1.0
-    scale: float = 1.0
-    seed: int = 0
-    copy_jitter_ns: int = 1 * NS_PER_S  # copies are shifted by a seeded offset within +-this bound
-    from_offset_ns: int | None = None  # window of the trace, from its first arrival
-    to_offset_ns: int | None = None
-    limit: int | None = None
-    max_idle_gap_ns: int | None = None
-    cancellations: bool = True
+    speed: float = option(1.0, type=float, check=factor, help="Time factor: 2 sends twice as fast.")
+    scale: float = option(
+        1.0, type=float, check=factor, help="Load factor on sessions: 0.5 keeps half, 2 adds a copy of each."
+    )
+    seed: int = option(0, type=int, help="Seed of --scale sampling, copy jitter and copy nonces.")
+    copy_jitter_ns: int = option(
+        1 * NS_PER_S,
+        flags=("--copy-jitter",),
+        help="Bound of the seeded shift of --scale copies.",
+        **duration(allow_zero=True),
+    )
+    from_offset_ns: int | None = option(
+        None,
+        flags=("--from",),
+        help="Start of the trace window, from its first request.",
+        **duration(allow_zero=True),
+    )
+    to_offset_ns: int | None = option(
+        None, flags=("--to",), help="End of the trace window, from its first request.", **duration()
+    )
+    limit: int | None = option(None, type=int, metavar="N", help="Send at most N trace rows.")
+    max_idle_gap_ns: int | None = option(
+        None,
+        flags=("--max-idle-gap",),
+        help="Cut idle stretches longer than this.",
+        **duration(allow_zero=True),
+    )
+    cancellations: bool = option(
+        True,
+        flags=("--no-cancellations",),
+        flag_value=False,
+        help="Do not mirror production client disconnects.",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,30 +74,77 @@ class ReplayConfig:
     """Everything one replay run needs. `api_key` and header values never reach a file."""
 
     trace_path: str
-    target_url: str
-    run_dir: str
+    target_url: str = option(
+        flags=("--target",),
+        required=True,
+        metavar="URL",
+        help="Base URL of the OpenAI-compatible engine, e.g. http://127.0.0.1:8000",
+    )
+    run_dir: str = option(
+        flags=("-o", "--out"), required=True, metavar="DIR", help="Run directory to create."
+    )
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
-    workers: int = 1
-    max_inflight: int = 10_000  # for the whole run; split evenly between workers
-    duration_ns: int | None = None  # stop sending after this long
-    grace_ns: int = 30 * NS_PER_S  # after a stop, how long in-flight requests may finish
-    engine: str = "detect"
-    model: str | None = None  # overrides the trace's model names
-    session_header: str | None = None
-    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-    api_key: str | None = field(default=None, repr=False)
-    tokenizer: str | None = None
-    connect_timeout_ns: int = 30 * NS_PER_S
-    read_timeout_ns: int = 600 * NS_PER_S  # longest silence between two reads of one response
-    server_metrics_url: str | None = None
+    workers: int = option(1, type=int, help="Processes, each owning a shard of the sessions.")
+    max_inflight: int = option(
+        10_000, type=int, help="Cap on open requests for the whole run; above it requests are shed."
+    )  # split evenly between workers
+    duration_ns: int | None = option(
+        None,
+        flags=("--duration",),
+        help="Stop sending after this long; later requests are not built.",
+        **duration(),
+    )
+    grace_ns: int = option(
+        30 * NS_PER_S,
+        flags=("--grace",),
+        help="After a stop, wait this long for in-flight requests.",
+        **duration(allow_zero=True),
+    )
+    engine: str = option("detect", choices=ENGINES, help="Fields that force output length.")
+    model: str | None = option(None, help="Model name to send, overriding the trace's.")
+    session_header: str | None = option(
+        None, help="Send the session id in this header (e.g. X-Session-Affinity)."
+    )
+    headers: tuple[tuple[str, str], ...] = option(
+        (),
+        flags=("--header",),
+        multiple=True,
+        parse=parse_headers,
+        repr=False,
+        help="Extra header NAME:VALUE (repeatable; values never logged).",
+    )
+    api_key: str | None = option(
+        None,
+        envvar=("LLMREPLAY_API_KEY", "OPENAI_API_KEY"),
+        parse=lambda text, flag: text or None,
+        repr=False,
+        help="Bearer token (or env LLMREPLAY_API_KEY / OPENAI_API_KEY); never written anywhere.",
+    )
+    tokenizer: str | None = option(
+        None, show=DEFAULT_TOKENIZER, help="Tokenizer for synthesized prompts and missing usage."
+    )
+    connect_timeout_ns: int = option(
+        30 * NS_PER_S, flags=("--connect-timeout",), help="TCP connect timeout.", **duration()
+    )
+    read_timeout_ns: int = option(
+        600 * NS_PER_S, flags=("--read-timeout",), help="Longest silence within one response.", **duration()
+    )
+    server_metrics_url: str | None = option(
+        None,
+        flags=("--server-metrics",),
+        help="Prometheus URL to scrape every second during the run (checked before the clock starts).",
+        **url(),
+    )
     server_metrics_interval_ns: int = 1 * NS_PER_S
     early_wake_ns: int = 1_000_000  # wake this early from the timer, then spin to the deadline
     warm_connections: int = 32  # keep-alive connections per worker, opened before the clock starts
     # the run's own gate, as `report` judges it (replayer.compare.gate_limits)
     limits: FidelityLimits = field(default_factory=FidelityLimits)
-    max_error_rate: float = MAX_ERROR_RATE  # failed requests above this share of those sent: exit 1
+    max_error_rate: float = max_error_rate_field()
     start_delay_ns: int = 500_000_000  # between "all workers ready" and offset 0 (connection warm-up)
-    quiet: bool = False
+    quiet: bool = option(
+        False, flag_value=True, help="No progress display and no table: the one-line verdict only."
+    )
 
     def public_dict(self) -> dict:
         """The configuration for run.json: no API key, header names only (values may be secrets)."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from llmreplay.engines import DEFAULT, ENGINES, Engine, Probe
 from llmreplay.errors import BadInput
+from llmreplay.options import http_url
 
 PROBE_TIMEOUT_S = 2.0  # each engine-specific GET, once, before the clock
 
@@ -30,19 +31,10 @@ class TargetInfo:
 
 def normalise_base_url(url: str) -> str:
     """`http://h:p`, `http://h:p/` and `http://h:p/v1` all mean the same server root."""
-    try:
-        parsed = urllib.parse.urlparse(url)
-    except ValueError as exc:
-        raise BadInput(f"--target {url}: not a URL ({exc})") from None
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise BadInput(f"--target {url}: expected an http:// or https:// URL with a host")
+    parsed = http_url(url, "--target")
     path = parsed.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[: -len("/v1")]
-    try:
-        parsed.port  # noqa: B018 (raises ValueError for a port that is not a number)
-    except ValueError:
-        raise BadInput(f"--target {url}: the port is not a number from 1 to 65535") from None
     return f"{parsed.scheme}://{parsed.netloc}{path}"
 
 

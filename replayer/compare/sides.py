@@ -8,8 +8,6 @@ breach, an error rate over its limit, an unfaithful or interrupted replay, or di
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,13 +18,12 @@ import replayer.compare.paired as compare_paired
 import replayer.compare.slo as compare_slo
 import replayer.compare.stats as compare_stats
 from llmreplay.errors import BadInput
-from llmreplay.metrics import LATENCY_METRICS, PERCENTILES
 from replayer.compare import run_fidelity
 from replayer.compare.buckets import buckets_section
+from replayer.compare.config import CompareConfig
 from replayer.compare.error_gate import commonest_messages, engine_error_mask, error_counts, error_rate_check
-from replayer.compare.gate_limits import ERROR_RATE_TOLERANCE, MAX_ERROR_RATE, FidelityLimits
 from replayer.compare.inputs import RUN, TRACE, Side, shift_latencies
-from replayer.compare.latency import CellSettings, Samples, latency_rows, sample_warnings, samples
+from replayer.compare.latency import Samples, latency_rows, sample_warnings, samples
 from replayer.compare.requests import (
     Requests,
     build_requests,
@@ -49,30 +46,6 @@ METRIC_DEFINITIONS = {
     "tpot": "(E2E - TTFT) / (output tokens - 1), streamed requests with at least 2 output tokens",
     "e2e": "request start -> last byte of the response",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class CompareConfig:
-    """Everything that shapes a comparison; the CLI fills it, defaults live here only."""
-
-    tolerance: float = 0.10  # relative change a latency percentile may move before it counts
-    error_rate_tolerance: float = ERROR_RATE_TOLERANCE  # absolute change of the error share
-    max_error_rate: float = MAX_ERROR_RATE  # the candidate's (or the run's) error share may not exceed it
-    slos: tuple[compare_slo.Slo, ...] = ()
-    offset_ttft_ns: int = 0  # subtracted from the candidate's TTFT and E2E (network difference)
-    limits: FidelityLimits = field(default_factory=FidelityLimits)
-    allow_different_load: bool = False  # judge latency even when the sides ran at different speed/scale
-    fail_on_inconclusive: bool = False  # an inconclusive latency or error-rate verdict fails the gate
-    confidence: float = compare_stats.CONFIDENCE  # family-wise, over the metric x percentile verdicts
-    seed: int = compare_stats.BOOTSTRAP_SEED
-    draws: int = compare_stats.BOOTSTRAP_DRAWS
-
-    @property
-    def interval_confidence(self) -> float:
-        return compare_stats.per_interval_confidence(self.confidence, len(LATENCY_METRICS) * len(PERCENTILES))
-
-    def cells(self, refused: bool = False) -> CellSettings:
-        return CellSettings(self.tolerance, self.interval_confidence, self.draws, refused)
 
 
 def compare_sides(baseline: Side, candidate: Side, config: CompareConfig) -> dict:

@@ -9,9 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-BOOTSTRAP_DRAWS = 10_000  # cheap: each replicate is O(1) (see bootstrap_quantile)
-BOOTSTRAP_SEED = 20240607
-CONFIDENCE = 0.95
+from replayer.compare.config import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, CONFIDENCE  # noqa: F401 (read here too)
 
 NO_CHANGE = "no_change"  # the whole CI inside the tolerance band
 REGRESSION = "regression"

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llmreplay.errors import BadInput
+from llmreplay.options import http_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,15 +28,10 @@ class Endpoint:
 
 
 def parse_endpoint(base_url: str) -> Endpoint:
-    parsed = urllib.parse.urlsplit(base_url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise BadInput(f"--target {base_url}: expected an http:// or https:// URL")
+    parsed = http_url(base_url, "--target")
     tls = parsed.scheme == "https"
     default_port = 443 if tls else 80
-    try:
-        port = parsed.port or default_port
-    except ValueError:
-        raise BadInput(f"--target {base_url}: the port is not a number") from None
+    port = parsed.port or default_port
     host = parsed.hostname
     shown = f"[{host}]" if ":" in host else host
     host_header = shown if port == default_port else f"{shown}:{port}"

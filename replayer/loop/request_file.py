@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmreplay.output_paths import publish
 from replayer.loop.http_pool import Endpoint, encode_request
 
 HEADER_END = b"\r\n\r\n"
@@ -149,7 +150,7 @@ class RequestFileWriter:
                 tuple(self._models),
             )
             dump_pickle_atomic(self._fields_path, fields)
-            os.replace(self._tmp, self._tails_path)
+            publish(self._tmp, self._tails_path, durable=False)  # a hand-off within the run
         finally:
             self._tmp.unlink(missing_ok=True)
 
@@ -166,6 +167,6 @@ def dump_pickle_atomic(path: Path, *values) -> None:
         with open(tmp, "wb") as handle:
             for value in values:
                 pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
+        publish(tmp, path, durable=False)
     finally:
         tmp.unlink(missing_ok=True)

@@ -20,6 +20,7 @@ from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
+from llmreplay.output_paths import publish
 from llmreplay.redaction import scrub_secrets
 from replayer.loop.client import Outcome
 from replayer.loop.helper_threads import yield_to_loop
@@ -99,7 +100,7 @@ class ResultSpool:
         self._writer.join()
         os.fsync(self._fd)
         os.close(self._fd)
-        os.replace(self.partial_path, self.path)
+        publish(self.partial_path, self.path, durable=False)  # fsynced above, through the open fd
 
 
 def partial_path(path: Path) -> Path:

@@ -51,13 +51,9 @@ dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px}dt{font-weigh
 
 def write_html(result: dict, path: str | os.PathLike) -> Path:
     """Render and write atomically (temporary name, rename): no half-written report."""
-    target = Path(path)
-    text = render_html(result)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, target)
-    return target
+    from llmreplay.output_paths import write_atomic
+
+    return write_atomic(path, render_html(result), force=True, flag="--html")
 
 
 def render_html(result: dict) -> str:

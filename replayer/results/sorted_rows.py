@@ -20,6 +20,8 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from llmreplay.output_paths import publish
+
 BUCKET_ROWS = 20_000  # ~2 KB a row with 150 chunk offsets: ~40 MB a bucket, twice while it is sorted
 SORT_KEYS = [("scheduled_offset_ns", "ascending"), ("request_id", "ascending")]
 
@@ -78,9 +80,7 @@ class SortedResultsWriter:
                     out.write_table(table.take(pc.sort_indices(table, sort_keys=SORT_KEYS)))
                     del table
                     spilled.unlink()
-            with open(tmp, "rb") as handle:
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
+            publish(tmp, self.path)
         finally:
             tmp.unlink(missing_ok=True)
             self.abort()

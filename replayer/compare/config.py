@@ -1,0 +1,77 @@
+"""Compare's and report's settings: each field's default, flag, help and check, declared once.
+
+Light (no numpy, no pyarrow): both commands build their flags from it, and `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llmreplay.options import duration, option, share
+from replayer.compare.gate_limits import ERROR_RATE_TOLERANCE, FidelityLimits, max_error_rate_field
+
+BOOTSTRAP_DRAWS = 10_000  # cheap: each replicate is O(1) (see stats.bootstrap_quantile)
+BOOTSTRAP_SEED = 20240607
+CONFIDENCE = 0.95
+REPORT_FIELDS = frozenset({"slos", "max_dispatch_lag_p99_ns", "max_error_rate"})  # report has no baseline
+
+
+def parse_slos(texts: tuple[str, ...], flag: str) -> tuple:
+    from replayer.compare.slo import parse_slo
+
+    return tuple(parse_slo(text) for text in texts)
+
+
+@dataclass(frozen=True, slots=True)
+class CompareConfig:
+    """Everything that shapes a comparison; the CLI fills it, defaults live here only."""
+
+    tolerance: float = option(
+        0.10, help="Change a percentile may show before it counts.", **share()
+    )  # relative change of a latency percentile
+    error_rate_tolerance: float = option(
+        ERROR_RATE_TOLERANCE,
+        help="Error-rate increase over the baseline's (in points) that a significant rise must exceed to fail.",
+        **share(),
+    )
+    max_error_rate: float = max_error_rate_field()  # the candidate's (or the run's) error share
+    slos: tuple = option(
+        (),
+        flags=("--slo",),
+        multiple=True,
+        metavar="SLO",
+        parse=parse_slos,
+        help="Per-request and percentile SLO, repeatable: ttft_p95<=500ms, tpot_p99<=50ms, e2e_p99<=20s.",
+    )
+    offset_ttft_ns: int = option(
+        0,
+        flags=("--offset-ttft",),
+        help="Subtract a measured network difference from the candidate's TTFT and E2E (e.g. 3ms).",
+        **duration(allow_negative=True, allow_zero=True, bare_unit=None),
+    )
+    limits: FidelityLimits = field(default_factory=FidelityLimits)
+    allow_different_load: bool = option(
+        False,
+        flag_value=True,
+        help="Judge latency even when the sides ran at different --speed/--scale (refused by default, exit 1).",
+    )
+    fail_on_inconclusive: bool = option(
+        False,
+        flag_value=True,
+        help="A strict gate: an inconclusive latency or error-rate verdict fails too (exit 1).",
+    )
+    confidence: float = CONFIDENCE  # family-wise, over the metric x percentile verdicts
+    seed: int = BOOTSTRAP_SEED
+    draws: int = BOOTSTRAP_DRAWS
+
+    @property
+    def interval_confidence(self) -> float:
+        from llmreplay.metrics import LATENCY_METRICS, PERCENTILES
+        from replayer.compare.stats import per_interval_confidence
+
+        return per_interval_confidence(self.confidence, len(LATENCY_METRICS) * len(PERCENTILES))
+
+    def cells(self, refused: bool = False):
+        from replayer.compare.latency import CellSettings
+
+        return CellSettings(self.tolerance, self.interval_confidence, self.draws, refused)
