@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PYTHON312 := $(shell for c in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 /usr/bin/python3.12; do \
 	$$c -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && { echo $$c; break; }; done)
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv demo test test-engines lint bench clean
 
 venv: $(STAMP)
 
@@ -26,7 +26,14 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 test: $(STAMP) lint
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --ignore=tests/engines
+
+# Real engines (vLLM CPU, llama.cpp llama-server) built once into ~/.cache/llmreplay/engines (or the
+# folder in LLMREPLAY_ENGINE_CACHE): ~7-12 min cold for the llama.cpp build, seconds when cached. An engine whose
+# prerequisite the machine lacks (cmake, the torch wheel, Python 3.11) is left out and its tests skip.
+test-engines: $(STAMP)
+	$(PY) tests/engines/engine_setup.py --allow-missing
+	$(VENV)/bin/pytest -q -m engines tests/engines
 
 bench: $(STAMP)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -1,0 +1,355 @@
+"""Real engines answer as engines.md says, and a first end-to-end replay through the CLI.
+
+Each test runs once per engine (`engine` is parametrized: vLLM, then llama.cpp). The first part
+talks to the engine directly (chat plain and streamed, forced output lengths, /metrics names,
+/tokenize, prefix cache); the second imports a Mooncake slice with `llmreplay import mooncake`,
+replays it with `llmreplay replay` (no engine flag: detection is under test) and reads
+results.parquet with pyarrow. Known bugs are xfail with their issue: #15 (prompt lengths spelled in
+llmreplay's default tokenizer, not the target's) and #14 (llama-server not detected, so no
+`ignore_eos` is sent).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from engine_client import MAX_MODEL_LEN, REPO, http_json, http_text, record_figure, sse_events
+
+pytestmark = [pytest.mark.engines, pytest.mark.timeout(900)]
+
+MESSAGES = [
+    {"role": "system", "content": "You are a terse assistant."},
+    {"role": "user", "content": "Name three rivers of Europe and say which is longest."},
+]
+
+# Prometheus names each engine must expose (engines.md); histograms appear as NAME_bucket.
+METRIC_NAMES = {
+    "vllm": [
+        "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:num_preemptions_total",
+        "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
+        "vllm:e2e_request_latency_seconds_bucket", "vllm:request_queue_time_seconds_bucket",
+    ],
+    "llama.cpp": [
+        "llamacpp:requests_processing", "llamacpp:requests_deferred", "llamacpp:n_busy_slots_per_decode",
+    ],
+}
+
+
+def force_length(engine, n: int) -> dict:
+    """The request fields that make the engine generate exactly n tokens."""
+    if engine.name == "vllm":
+        return {"ignore_eos": True, "min_tokens": n, "max_tokens": n}
+    return {"ignore_eos": True, "n_predict": n}
+
+
+def chat(engine, timeout: float = 300.0, **fields) -> dict:
+    status, body = http_json("POST", engine.url("/v1/chat/completions"),
+                             {"model": engine.model, "messages": MESSAGES, **fields}, timeout=timeout)
+    assert status == 200, f"{engine.name}: HTTP {status}: {body}"
+    return body
+
+
+def long_text(words: int, salt: str) -> str:
+    """A deterministic prompt of about `words` words (salted, so runs do not share a cache by accident)."""
+    vocab = ("river mountain lantern orchard copper violet meadow harbor signal canyon ember quartz "
+             "willow falcon tundra marble cedar beacon").split()
+    return salt + " " + " ".join(vocab[(i * 7 + i // 5) % len(vocab)] for i in range(words))
+
+
+# --- the engine itself ------------------------------------------------------------------------------
+
+
+def test_models_lists_the_served_name(engine):
+    status, body = http_json("GET", engine.url("/v1/models"))
+    assert status == 200, body
+    ids = [m["id"] for m in body["data"]]
+    assert engine.model in ids, ids
+    owned_by = {m["id"]: m.get("owned_by") for m in body["data"]}[engine.model]
+    record_figure(engine.name, "owned_by", owned_by)
+    assert owned_by == {"vllm": "vllm", "llama.cpp": "llamacpp"}[engine.name]
+
+
+def test_plain_chat_completion(engine):
+    body = chat(engine, max_tokens=8)
+    choice = body["choices"][0]
+    assert choice["message"]["role"] == "assistant"
+    assert isinstance(choice["message"]["content"], str)
+    assert choice["finish_reason"] in ("length", "stop")
+    usage = body["usage"]
+    assert usage["prompt_tokens"] > 10
+    assert 1 <= usage["completion_tokens"] <= 8
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+def test_streamed_chat_completion(engine):
+    n = 24
+    events = list(sse_events(engine.url("/v1/chat/completions"),
+                             {"model": engine.model, "messages": MESSAGES, **force_length(engine, n),
+                              "stream_options": {"include_usage": True}}))
+    assert events[-1] == "[DONE]"
+    chunks = [e for e in events if isinstance(e, dict)]
+    content = [c for c in chunks if c.get("choices") and c["choices"][0].get("delta", {}).get("content")]
+    usage = [c["usage"] for c in chunks if c.get("usage")]
+    assert content, f"{engine.name}: no content chunk in {chunks[:3]}"
+    assert usage, f"{engine.name}: no usage chunk although stream_options.include_usage was set"
+    assert usage[-1]["completion_tokens"] == n
+    finish = [c["choices"][0].get("finish_reason") for c in chunks if c.get("choices")]
+    assert "length" in finish, finish
+    # SSE content chunks are not tokens: count from usage (engines.md: 36 chunks for 37 tokens).
+    record_figure(engine.name, f"stream_content_chunks_for_{n}_tokens", len(content))
+    assert n - 4 <= len(content) <= n, len(content)
+
+
+@pytest.mark.parametrize("n", [1, 17, 200])
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_forced_output_length_is_exact(engine, n, stream):
+    fields = force_length(engine, n)
+    if stream:
+        events = list(sse_events(engine.url("/v1/chat/completions"),
+                                 {"model": engine.model, "messages": MESSAGES, **fields,
+                                  "stream_options": {"include_usage": True}}))
+        got = [e["usage"]["completion_tokens"] for e in events if isinstance(e, dict) and e.get("usage")][-1]
+    else:
+        got = chat(engine, **fields)["usage"]["completion_tokens"]
+    assert got == n, f"{engine.name}: asked {fields}, got {got} tokens"
+
+
+def test_metrics_expose_the_expected_names(engine):
+    chat(engine, max_tokens=4)  # so every histogram has an observation
+    status, text = http_text(engine.url("/metrics"))
+    assert status == 200, text[:300]
+    names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+    missing = [n for n in METRIC_NAMES[engine.name] if n not in names]
+    assert not missing, f"{engine.name} /metrics lacks {missing}; it has {sorted(names)[:60]}"
+
+
+def test_tokenize_counts_as_the_engine_does(engine):
+    text = "Hello world, this is a tokenizer check with numbers 12345 and ünïcode."
+    msgs = [{"role": "user", "content": text}]
+    usage = chat(engine, messages=msgs, max_tokens=1)["usage"]
+    if engine.name == "vllm":
+        from tokenizers import Tokenizer
+
+        status, body = http_json("POST", engine.url("/tokenize"), {"model": engine.model, "prompt": text,
+                                                                   "add_special_tokens": False})
+        assert status == 200, body
+        local = Tokenizer.from_file(str(engine.model_dir / "tokenizer.json"))
+        assert body["tokens"] == local.encode(text, add_special_tokens=False).ids
+        status, body = http_json("POST", engine.url("/tokenize"), {"model": engine.model, "messages": msgs,
+                                                                   "add_generation_prompt": True})
+        assert status == 200, body
+        assert body["count"] == usage["prompt_tokens"], (body, usage)
+        record_figure(engine.name, "chat_template_overhead_tokens", body["count"] - len(local.encode(text).ids))
+    else:
+        status, body = http_json("POST", engine.url("/tokenize"), {"content": text})
+        assert status == 200, body
+        assert body["tokens"] and all(isinstance(t, int) for t in body["tokens"])
+        status, tmpl = http_json("POST", engine.url("/apply-template"), {"messages": msgs})
+        assert status == 200, tmpl
+        status, whole = http_json("POST", engine.url("/tokenize"), {"content": tmpl["prompt"],
+                                                                    "add_special": True, "parse_special": True})
+        assert status == 200, whole
+        assert len(whole["tokens"]) == usage["prompt_tokens"], (len(whole["tokens"]), usage)
+        record_figure(engine.name, "chat_template_overhead_tokens", len(whole["tokens"]) - len(body["tokens"]))
+
+
+def test_a_repeated_prompt_reports_cached_tokens(engine):
+    msgs = [{"role": "user", "content": long_text(600, f"cache-check {time.time_ns()}")}]
+    first = chat(engine, messages=msgs, max_tokens=2)
+    second = chat(engine, messages=msgs, max_tokens=2)
+    prompt = second["usage"]["prompt_tokens"]
+    cached = (second["usage"].get("prompt_tokens_details") or {}).get("cached_tokens")
+    record_figure(engine.name, "repeat_prompt_cached_tokens", f"{cached} of {prompt}")
+    # The first time only the chat template's header can be cached (llama.cpp reuses a slot's prefix).
+    assert ((first["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") or 0) < 64, first["usage"]
+    if engine.name == "vllm":
+        # Whole 128-token blocks on CPU, and never the last token (it must be recomputed).
+        assert cached and cached % 128 == 0 and prompt - 128 <= cached < prompt, (cached, prompt)
+    else:
+        assert second["timings"]["cache_n"] == prompt - 1, second["timings"]
+        assert cached == second["timings"]["cache_n"], (cached, second["timings"])
+
+
+def test_a_prompt_longer_than_the_context_is_refused(engine):
+    msgs = [{"role": "user", "content": long_text(MAX_MODEL_LEN + 500, "too long")}]
+    status, body = http_json("POST", engine.url("/v1/chat/completions"),
+                             {"model": engine.model, "messages": msgs, "max_tokens": 4})
+    record_figure(engine.name, "overlong_prompt_answer", f"HTTP {status}: {json.dumps(body)[:160]}")
+    assert status == 400, (status, body)
+
+
+# --- end to end through the CLI ---------------------------------------------------------------------
+
+MOONCAKE = REPO / "samples" / "public" / "mooncake_conversation_head400.jsonl"
+SLICE_ROWS = 40
+SPEED = "2"
+# A request must fit the 8192-token context even when its prompt is spelled 2.5x too long (issue #15
+# measured +135% at p90 on vLLM with another tokenizer): rows longer than that are left out of the slice.
+FIT_FACTOR = 2.5
+
+
+@dataclass
+class Replay:
+    engine: str
+    rc: int
+    out: str
+    run_dir: Path
+    rows: list[dict]
+    run: dict
+    trace_rows: list[dict]
+    seconds: float
+
+
+@pytest.fixture(scope="session")
+def mooncake_slice(tmp_path_factory, llmreplay_bin) -> Path:
+    """The first 40 Mooncake conversation rows that fit the context, imported as a shape trace."""
+    folder = tmp_path_factory.mktemp("mooncake")
+    rows = [json.loads(line) for line in MOONCAKE.read_text().splitlines() if line.strip()]
+    chosen = [r for r in rows if r["input_length"] * FIT_FACTOR + r["output_length"] <= MAX_MODEL_LEN - 192]
+    chosen = chosen[:SLICE_ROWS]
+    assert len(chosen) == SLICE_ROWS
+    src = folder / "slice.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in chosen))
+    trace = folder / "slice.parquet"
+    proc = subprocess.run([str(llmreplay_bin), "import", "mooncake", str(src), "-o", str(trace)],
+                          cwd=folder, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return trace
+
+
+def run_replay(llmreplay_bin: Path, trace: Path, engine, out: Path, *extra: str) -> Replay:
+    cmd = [str(llmreplay_bin), "replay", str(trace), "--target", engine.base_url, "-o", str(out),
+           "--speed", SPEED, "--limit", str(SLICE_ROWS),
+           # The client shares the two cores with the engine: dispatch lag is not what is tested here.
+           "--max-dispatch-lag", "2s", "--quiet", *extra]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=out.parent, capture_output=True, text=True, timeout=800)
+    seconds = time.monotonic() - t0
+    text = proc.stdout + proc.stderr
+    assert (out / "results.parquet").is_file(), f"replay wrote no results.parquet (exit {proc.returncode}):\n{text}"
+    return Replay(engine=engine.name, rc=proc.returncode, out=text, run_dir=out,
+                  rows=pq.read_table(out / "results.parquet").to_pylist(),
+                  run=json.loads((out / "run.json").read_text()),
+                  trace_rows=pq.read_table(trace).to_pylist(), seconds=seconds)
+
+
+@pytest.fixture(scope="session")
+def replay(engine, mooncake_slice, llmreplay_bin, tmp_path_factory) -> Replay:
+    """The Mooncake slice replayed against the engine with no engine or tokenizer flag."""
+    out = tmp_path_factory.mktemp(f"replay-{engine.name}") / "run"
+    r = run_replay(llmreplay_bin, mooncake_slice, engine, out)
+    record_figure(engine.name, "replay_s", round(r.seconds, 1))
+    record_figure(engine.name, "replay_exit", r.rc)
+    record_figure(engine.name, "replay_verdict", r.out.strip().splitlines()[-1] if r.out.strip() else "")
+    return r
+
+
+def quantile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def prompt_mismatch(rows: list[dict]) -> dict:
+    rel = [r["prompt_tokens"] / r["recorded_prompt_tokens"] - 1 for r in rows]
+    diff = [r["prompt_tokens"] - r["recorded_prompt_tokens"] for r in rows]
+    return {"rel_p50": round(quantile(rel, 0.5), 4), "rel_p90": round(quantile(rel, 0.9), 4),
+            "abs_p50": quantile(diff, 0.5), "abs_p90": quantile(diff, 0.9), "min": min(diff), "max": max(diff)}
+
+
+def test_replay_every_request_succeeded(replay):
+    assert len(replay.rows) == SLICE_ROWS, replay.out
+    bad = [(r["request_id"], r["http_status"], r["error_kind"], r["error_detail"]) for r in replay.rows
+           if r["http_status"] != 200 or r["error_kind"] is not None]
+    assert not bad, bad
+
+
+def test_replay_output_lengths_equal_the_trace(replay, request):
+    if replay.engine == "llama.cpp":
+        request.applymarker(pytest.mark.xfail(
+            strict=False, reason="issue #14: llama-server is not detected, so no ignore_eos is sent; lengths match "
+                                 "only while the random model samples no end-of-generation token"))
+    by_id = {r["request_id"]: r for r in replay.trace_rows}
+    off = [(r["request_id"], r["completion_tokens"], by_id[r["source_request_id"]]["completion_tokens"],
+            r["finish_reason"]) for r in replay.rows
+           if r["completion_tokens"] != by_id[r["source_request_id"]]["completion_tokens"]]
+    record_figure(replay.engine, "output_lengths_exact", f"{len(replay.rows) - len(off)}/{len(replay.rows)}")
+    assert {r["token_source"] for r in replay.rows} == {"server_usage"}
+    assert not off, off
+
+
+def test_replay_detects_the_engine_and_forces_lengths(replay, request):
+    target = replay.run["target"]
+    record_figure(replay.engine, "detected", f"{target.get('engine')} (from {target.get('engine_from')})")
+    if replay.engine == "llama.cpp":
+        request.applymarker(pytest.mark.xfail(
+            strict=True, reason="issue #14: llama-server is not recognised (engine: openai, engine_from: default), "
+                                "so no ignore_eos/n_predict is sent"))
+    assert target["engine"] == {"vllm": "vllm", "llama.cpp": "llamacpp"}[replay.engine], target
+
+
+def test_replay_reports_cached_tokens_where_the_trace_shares_prefixes(replay):
+    """A request whose first prefix block was already sent in an earlier request's prompt finds it cached."""
+    by_id = {r["request_id"]: r for r in replay.trace_rows}
+    rows = sorted(replay.rows, key=lambda r: r["sent_offset_ns"])
+    seen: set = set()
+    sharing, hits = 0, 0
+    for r in rows:
+        blocks = by_id[r["source_request_id"]]["prefix_block_hashes"] or []
+        if blocks and blocks[0] in seen:
+            sharing += 1
+            hits += bool(r["cached_tokens"])
+        seen.update(blocks)
+    record_figure(replay.engine, "cached_tokens_seen",
+                  f"{hits} of {sharing} requests sharing a prefix with an earlier one; values "
+                  f"{sorted({r['cached_tokens'] for r in rows if r['cached_tokens']})}")
+    assert sharing >= 20, sharing
+    if replay.engine == "vllm":
+        assert hits >= sharing - 2, (hits, sharing)  # one in flight with its prefix's first sender may miss
+    else:
+        # llama.cpp's cache is per slot: a request lands on a slot holding the prefix only sometimes.
+        assert hits >= 1, (hits, sharing)
+
+
+@pytest.mark.xfail(strict=True, reason="issue #15: prompts are spelled in llmreplay's default tokenizer "
+                                       "(mistral-tekken), not the target's, so the engine counts more tokens")
+def test_replay_prompt_lengths_equal_the_trace(replay):
+    m = prompt_mismatch(replay.rows)
+    record_figure(replay.engine, "prompt_mismatch_default_tokenizer", m)
+    assert abs(m["rel_p90"]) <= 0.03, f"{replay.engine}: prompt tokens vs trace {m}"
+
+
+@pytest.mark.xfail(strict=True, reason="issue #15: the replay's own length check fails it (input tokens off "
+                                       "> 10% at p90) because prompts are spelled in the wrong tokenizer")
+def test_replay_verdict_is_faithful(replay):
+    assert replay.rc == 0, replay.out[-2000:]
+
+
+def test_replay_with_the_models_own_tokenizer_matches_prompt_lengths(engine, mooncake_slice, llmreplay_bin,
+                                                                     tmp_path_factory):
+    """vLLM only (its tokenizer.json is on disk): the mismatch left is the chat template's few tokens."""
+    if engine.name != "vllm":
+        pytest.skip("llama.cpp's Llama-3 vocabulary is only in the GGUF; no tokenizer.json to pass")
+    out = tmp_path_factory.mktemp("replay-vllm-own-tokenizer") / "run"
+    r = run_replay(llmreplay_bin, mooncake_slice, engine, out, "--tokenizer",
+                   str(engine.model_dir / "tokenizer.json"))
+    m = prompt_mismatch(r.rows)
+    record_figure(engine.name, "prompt_mismatch_own_tokenizer", m)
+    record_figure(engine.name, "replay_own_tokenizer_exit", r.rc)
+    assert all(row["http_status"] == 200 for row in r.rows)
+    assert 0 <= m["min"] and m["max"] <= 16, m  # ChatML adds ~10 tokens around one user message
+    assert r.rc == 0, r.out[-2000:]
+
+
+def test_engine_log_has_no_traceback(engine):
+    """Last (per engine): nothing above made the engine log a Python traceback or a crash."""
+    text = engine.log_path.read_text(errors="replace")
+    assert not re.search(r"Traceback \(most recent call last\)|Segmentation fault|core dumped", text), \
+        engine.log_tail(60)
