@@ -40,8 +40,10 @@ class Sequence:
     cached_tokens: int = 0
     emitted_tokens: int = 0
     admitted_ns: int = 0
-    first_token_ns: int = 0
+    first_token_ns: int = 0  # on any channel
     last_token_ns: int = 0
+    reasoning_tokens: int = 0  # the first ones of target_tokens
+    first_answer_ns: int = 0  # the first token after the reasoning
     state: str = "new"  # new -> waiting -> running -> done
     outcome: str | None = None  # set when it stops early: cancelled_by_client, cut, shutdown, ...
 
@@ -205,14 +207,19 @@ class Engine:
             if seq.state != "running":
                 continue  # aborted between slices: abort() freed it already
             number = seq.emitted_tokens + 1
+            answer_starts = number == seq.reasoning_tokens + 1
             stamp_ns = (
-                clock() if clock is not None and (number == 1 or number == seq.target_tokens) else now_ns
+                clock()
+                if clock is not None and (number == 1 or answer_starts or number == seq.target_tokens)
+                else now_ns
             )
             if seq.sink.emit(seq, number, now_ns):
                 seq.emitted_tokens = number
                 emitted += 1
                 if number == 1:
                     seq.first_token_ns = stamp_ns
+                if answer_starts:
+                    seq.first_answer_ns = stamp_ns
                 seq.last_token_ns = stamp_ns
                 if number < seq.target_tokens:
                     still_running.append(seq)

@@ -13,8 +13,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmreplay.output_paths import publish
-
 # (name, type, nullable); monotonic times come from time.perf_counter_ns(), the clock the
 # replayer uses on the same machine, so offsets compare directly.
 REQUEST_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
@@ -22,7 +20,7 @@ REQUEST_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
     ("arrival_unix_ns", pa.int64(), False),  # wall clock, only to align with other systems
     ("arrival_mono_ns", pa.int64(), False),
     ("admitted_mono_ns", pa.int64(), True),  # entered the running batch
-    ("first_token_mono_ns", pa.int64(), True),  # first token written
+    ("first_token_mono_ns", pa.int64(), True),  # first token written, on any channel (reasoning included)
     ("last_token_mono_ns", pa.int64(), True),
     ("queue_ns", pa.int64(), True),  # admitted - arrival (includes tokenization, injected delay)
     ("prompt_tokens", pa.int32(), True),
@@ -35,6 +33,8 @@ REQUEST_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
     ("fault", pa.string(), True),  # injected fault, if any
     ("model", pa.string(), True),
     ("endpoint", pa.string(), False),  # chat_completions | completions
+    ("first_answer_mono_ns", pa.int64(), True),  # first token after the reasoning (= first token without)
+    ("reasoning_tokens", pa.int32(), True),  # of completion_tokens, streamed before the answer
 )
 
 STEP_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
@@ -118,4 +118,4 @@ class ParquetSpool:
     def _publish(self) -> None:
         self._write_row_group()
         self._writer.close()
-        publish(self._temp, self.path)
+        os.replace(self._temp, self.path)

@@ -24,7 +24,7 @@ from llmreplay.sim.engine import Engine, EngineParams, Sequence
 from llmreplay.sim.faults import FAULT_HEADER, Fault, draw_fault, immediate_error, parse_fault_header
 from llmreplay.sim.ground_truth import REQUEST_COLUMNS, STEP_COLUMNS, ParquetSpool, steps_log_path
 from llmreplay.sim.openai_request import CompletionRequest, InvalidRequest, parse_body
-from llmreplay.sim.output_length import plan_output
+from llmreplay.sim.output_length import REASONING_HEADER, draw_reasoning_tokens, plan_output, reasoning_share
 from llmreplay.sim.prometheus import ServerCounters, render_metrics
 from llmreplay.sim.prompt_shape import PromptShape, prompt_shape
 from llmreplay.sim.read_stamps import ARRIVAL_KEY, claim_arrival, drop_body_stamps
@@ -192,7 +192,11 @@ class SimServer:
         parsed = parse_body(body, exchange.endpoint)
         model = self._check_model(parsed, exchange)
         rng = random.Random(f"{self.config.seed}/{exchange.request_id}")  # per request: order-independent
-        target_tokens, finish_reason = plan_output(parsed, self.config, rng)
+        reasoning = 0  # legacy completions have no reasoning channel
+        if parsed.endpoint == "chat_completions":
+            reasoning = draw_reasoning_tokens(self.config, rng, request.headers.get(REASONING_HEADER))
+        target_tokens, finish_reason = plan_output(parsed, self.config, rng, reasoning)
+        reasoning = reasoning_share(target_tokens, reasoning)
         header = request.headers.get(FAULT_HEADER)
         fault = (
             parse_fault_header(header)
@@ -211,7 +215,7 @@ class SimServer:
         transport = request.transport
         if transport is None or transport.is_closing():
             return web.Response(status=499)  # the client is gone already; logged as cancelled
-        encoder = self._encoder(parsed, model)
+        encoder = self._encoder(parsed, model, reasoning)
         done = asyncio.get_running_loop().create_future()
         stop_after = min(fault.stop_after_tokens, target_tokens - 1)
         response = None
@@ -225,7 +229,7 @@ class SimServer:
             sink = BodySink(transport, fault.kind, stop_after, done)
         seq = Sequence(
             exchange.request_id, shape.prompt_tokens, shape.full_block_hashes, target_tokens,
-            exchange.arrival_mono_ns, sink,
+            exchange.arrival_mono_ns, sink, reasoning_tokens=reasoning,
         )  # fmt: skip
         exchange.seq = seq
         await self._run(seq, fault.first_token_delay_ms, parsed.stream, finish_reason, exchange)
@@ -291,12 +295,15 @@ class SimServer:
             self.engine.submit(seq)
             self._stepper.kick()
 
-    def _encoder(self, parsed: CompletionRequest, model: str) -> ChatEncoder | CompletionEncoder:
+    def _encoder(
+        self, parsed: CompletionRequest, model: str, reasoning: int
+    ) -> ChatEncoder | CompletionEncoder:
         suffix = uuid.uuid4().hex
         if parsed.endpoint == "chat_completions":
             return ChatEncoder(
-                f"chatcmpl-{suffix}", int(time.time()), model, parsed.tool_name, f"call_{suffix[:24]}"
-            )
+                f"chatcmpl-{suffix}", int(time.time()), model, parsed.tool_name, f"call_{suffix[:24]}",
+                reasoning, self.config.reasoning_field,
+            )  # fmt: skip
         return CompletionEncoder(f"cmpl-{suffix}", int(time.time()), model)
 
     async def _immediate_fault(self, fault: Fault, exchange: Exchange) -> web.StreamResponse | None:
@@ -338,7 +345,12 @@ class SimServer:
             encoder.body(
                 seq.emitted_tokens,
                 finish_reason,
-                usage(seq.prompt_tokens, seq.emitted_tokens, seq.cached_tokens),
+                usage(
+                    seq.prompt_tokens,
+                    seq.emitted_tokens,
+                    seq.cached_tokens,
+                    min(seq.reasoning_tokens, seq.emitted_tokens),
+                ),
             )
         )
         outcome = exchange.outcome
@@ -369,9 +381,10 @@ class SimServer:
         if self.request_log is None:
             return
         seq = exchange.seq
-        admitted = first = last = queue = cached = completion = None
+        admitted = first = last = queue = cached = completion = answer = reasoning = None
         if seq is not None:
             cached, completion = seq.cached_tokens, seq.emitted_tokens
+            reasoning, answer = min(seq.reasoning_tokens, completion), seq.first_answer_ns or None
             if seq.admitted_ns:
                 admitted, queue = seq.admitted_ns, seq.admitted_ns - exchange.arrival_mono_ns
             if seq.first_token_ns:
@@ -379,7 +392,8 @@ class SimServer:
         self.request_log.append(
             (exchange.request_id, exchange.arrival_unix_ns, exchange.arrival_mono_ns, admitted, first, last,
              queue, exchange.prompt_tokens, cached, completion, exchange.stream, exchange.status,
-             exchange.outcome, exchange.finish_reason, exchange.fault, exchange.model, exchange.endpoint)
+             exchange.outcome, exchange.finish_reason, exchange.fault, exchange.model, exchange.endpoint,
+             answer, reasoning)
         )  # fmt: skip
 
 

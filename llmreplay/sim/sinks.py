@@ -70,7 +70,9 @@ class StreamSink:
         if number < seq.target_tokens:
             transport.write(self._encoder.token_frame(number, seq.target_tokens))
             return True
-        usage_obj = usage(seq.prompt_tokens, number, seq.cached_tokens) if self._include_usage else None
+        usage_obj = None
+        if self._include_usage:
+            usage_obj = usage(seq.prompt_tokens, number, seq.cached_tokens, seq.reasoning_tokens)
         payload = self._encoder.token(number, number) + self._encoder.closing(self._finish_reason, usage_obj)
         transport.write(chunk_frame(payload))  # the last token travels with the closing events
         self.final_written = True

@@ -1,7 +1,8 @@
 """OpenAI wire format for the sim's answers: pre-encoded SSE chunk bytes and whole bodies.
 
 Per request, the constant JSON around a token is encoded once; a token's chunk is then a
-byte concatenation. Token text comes from a fixed vocabulary of single-token words.
+byte concatenation. Token text comes from a fixed vocabulary of single-token words. A reasoning
+answer streams its first tokens as reasoning deltas (llmreplay.openai_wire.channels names the keys).
 """
 
 from __future__ import annotations
@@ -38,13 +39,17 @@ def tool_argument_fragments(tokens: int) -> list[str]:
     return ['{"input": "', *(word(i) for i in range(tokens - 2)), '"}']
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
-    return {
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int, reasoning_tokens: int = 0) -> dict:
+    """`completion_tokens` counts reasoning too; its reasoning share is reported when there is one."""
+    obj = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
+    if reasoning_tokens:
+        obj["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return obj
 
 
 def sse(obj: dict) -> bytes:
@@ -59,22 +64,37 @@ class ChatEncoder:
     """`chat.completion.chunk` events and the `chat.completion` body for one request."""
 
     def __init__(
-        self, completion_id: str, created_s: int, model: str, tool_name: str | None, tool_call_id: str
+        self,
+        completion_id: str,
+        created_s: int,
+        model: str,
+        tool_name: str | None,
+        tool_call_id: str,
+        reasoning_tokens: int = 0,
+        reasoning_field: str = "reasoning",
     ):
         self._id, self._created, self._model = completion_id, created_s, model
         self._tool_name, self._tool_call_id = tool_name, tool_call_id
+        self.reasoning_tokens = reasoning_tokens  # the first tokens, sent under `reasoning_field`
+        self._reasoning_key = orjson.dumps(reasoning_field)
+        self._reasoning_field = reasoning_field
         self._head = (
             b'data: {"id":' + orjson.dumps(completion_id) + b',"object":"chat.completion.chunk","created":'
             + str(created_s).encode() + b',"model":' + orjson.dumps(model) + b',"choices":[{"index":0,"delta":'
         )  # fmt: skip
         self._fragments: list[str] | None = None
         self._word_frames: tuple[bytes, ...] | None = None
+        self._reasoning_frames: tuple[bytes, ...] | None = None
 
     def opening(self) -> bytes:
         return self._head + b'{"role":"assistant","content":""}' + _NO_FINISH
 
     def token_frame(self, number: int, target_tokens: int) -> bytes:
         """`token` as a chunked-encoding frame; text tokens are framed once per request and word."""
+        if number <= self.reasoning_tokens:
+            if self._reasoning_frames is None:
+                self._reasoning_frames = tuple(chunk_frame(self._reasoning_event(w)) for w in _WORDS_JSON)
+            return self._reasoning_frames[(number - 1) % len(_WORDS_JSON)]
         if self._tool_name is not None:
             return chunk_frame(self.token(number, target_tokens))
         if self._word_frames is None:
@@ -85,13 +105,16 @@ class ChatEncoder:
         return self._word_frames[(number - 1) % len(_WORDS_JSON)]
 
     def token(self, number: int, target_tokens: int) -> bytes:
-        """The event for token `number` (1-based) of `target_tokens`."""
+        """The event for token `number` (1-based) of `target_tokens`, reasoning included."""
+        if number <= self.reasoning_tokens:
+            return self._reasoning_event(_WORDS_JSON[(number - 1) % len(_WORDS_JSON)])
         if self._tool_name is None:
             return (
                 self._head + b'{"content":' + _WORDS_JSON[(number - 1) % len(_WORDS_JSON)] + b"}" + _NO_FINISH
             )
+        number -= self.reasoning_tokens
         if self._fragments is None:
-            self._fragments = tool_argument_fragments(target_tokens)
+            self._fragments = tool_argument_fragments(target_tokens - self.reasoning_tokens)
         arguments = orjson.dumps(self._fragments[number - 1])
         if number == 1:
             call = (
@@ -108,16 +131,23 @@ class ChatEncoder:
             final += sse(self._envelope("chat.completion.chunk", [], usage_obj))
         return final + _DONE
 
+    def _reasoning_event(self, word_json: bytes) -> bytes:
+        return self._head + b"{" + self._reasoning_key + b":" + word_json + b"}" + _NO_FINISH
+
     def body(self, tokens: int, finish_reason: str, usage_obj: dict) -> dict:
+        reasoning = min(self.reasoning_tokens, tokens)
+        answer = tokens - reasoning
         if self._tool_name is None:
-            message = {"role": "assistant", "content": answer_text(tokens)}
+            message = {"role": "assistant", "content": answer_text(answer)}
         else:
             call = {
                 "id": self._tool_call_id,
                 "type": "function",
-                "function": {"name": self._tool_name, "arguments": "".join(tool_argument_fragments(tokens))},
+                "function": {"name": self._tool_name, "arguments": "".join(tool_argument_fragments(answer))},
             }
             message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        if reasoning:
+            message[self._reasoning_field] = answer_text(reasoning)
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
         return self._envelope("chat.completion", [choice], usage_obj)
 
