@@ -1,17 +1,20 @@
-"""Every parameter of the simulated engine, with its one default; profiles (TOML) override them.
+"""Every parameter of the simulated engine: its default, flag, help and check, declared once on its field.
 
-Precedence: dataclass defaults < profile file < explicit CLI flags.
+Precedence: field defaults < profile file (TOML, keys are field names) < flags given.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmreplay import options
 from llmreplay.errors import BadInput
 from llmreplay.openai_wire.channels import REASONING, text_keys
+from llmreplay.options import fraction, non_negative, option, positive
 from llmreplay.tokenizers import DEFAULT_TOKENIZER
 from llmreplay.trace_format import DEFAULT_BLOCK_SIZE
 
@@ -22,48 +25,142 @@ ERROR_STATUSES = (500, 503)
 REASONING_FIELDS = text_keys(REASONING)
 
 
+def _one_of(choices: tuple) -> Callable[[object, str], None]:
+    def check(value, flag: str) -> None:
+        if value not in choices:
+            raise BadInput(f"{flag}: must be one of {', '.join(map(str, choices))}, got {value}")
+
+    return check
+
+
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     """All knobs of `llmreplay sim`. Times: `*_ns` integers, `*_ms` floats (milliseconds)."""
 
-    host: str = "127.0.0.1"
-    port: int = 8000
-    models: tuple[str, ...] = ("sim-model",)
-    seed: int = 0
-    log_path: str | None = None  # ground truth Parquet; steps go next to it as <stem>.steps.parquet
-    event_loop: str = "uvloop"  # or "asyncio"
-    tokenizer: str = DEFAULT_TOKENIZER
-    message_overhead_tokens: int = 0  # added per chat message, like a chat template would
+    host: str = option("127.0.0.1", help="Address to listen on.")
+    port: int = option(8000, type=int, int_range=(0, 65535), help="Port to listen on.")
+    log_path: str | None = option(
+        None,
+        flags=("--log",),
+        help="Ground-truth Parquet (one row per request); steps go to <stem>.steps.parquet.",
+    )
+    models: tuple[str, ...] = option(
+        ("sim-model",), flags=("--model",), multiple=True, help="Model name to serve (repeatable)."
+    )
+    seed: int = option(0, type=int, help="Seed for output lengths, faults and spikes.")
+    tokenizer: str = option(
+        DEFAULT_TOKENIZER,
+        help="Tokenizer counting prompt tokens: mistral-tekken, tiktoken:<enc>, tokenizer.json.",
+    )
+    message_overhead_tokens: int = option(
+        0, type=int, check=non_negative, help="Tokens added per chat message, like a chat template."
+    )
     # engine: continuous batching with an affine step-time model
-    max_num_seqs: int = 64
-    kv_cache_tokens: int = 1_048_576
-    max_prefill_tokens_per_step: int = 16_384  # chunked-prefill budget; one request is always admitted
-    prefill_ns_per_token: int = 20_000
-    decode_base_ms: float = 5.0
-    decode_per_seq_ms: float = 0.05
-    prefix_cache_blocks: int = 4096
-    block_size: int = DEFAULT_BLOCK_SIZE
-    max_waiting: int = 1024  # queue limit: beyond it, 429 with Retry-After
-    retry_after_s: int = 1
+    max_num_seqs: int = option(64, type=int, check=positive, help="Batch slots: sequences running at once.")
+    kv_cache_tokens: int = option(
+        1_048_576,
+        type=int,
+        check=positive,
+        help="KV budget in tokens; a request reserves prompt + output tokens.",
+    )
+    max_prefill_tokens_per_step: int = option(
+        16_384,
+        type=int,
+        check=positive,
+        help="Uncached prompt tokens admitted per step (at least one request).",
+    )  # chunked prefill
+    prefill_ns_per_token: int = option(
+        20_000, type=int, check=non_negative, help="Step time per uncached prompt token, in nanoseconds."
+    )
+    decode_base_ms: float = option(
+        5.0, type=float, check=non_negative, help="Fixed time of every step, in milliseconds."
+    )
+    decode_per_seq_ms: float = option(
+        0.05, type=float, check=non_negative, help="Step time per running sequence, in milliseconds."
+    )
+    prefix_cache_blocks: int = option(
+        4096, type=int, check=non_negative, help="Prefix cache size in blocks (0 disables it)."
+    )
+    block_size: int = option(
+        DEFAULT_BLOCK_SIZE,
+        type=int,
+        check=positive,
+        help="Prefix block size in tokens, as in llmreplay.prefix_hash.",
+    )
+    max_waiting: int = option(
+        1024,
+        type=int,
+        check=non_negative,
+        help="Waiting-queue limit; beyond it requests get 429 with Retry-After.",
+    )
+    retry_after_s: int = option(1, type=int, check=non_negative, help="Retry-After seconds sent with 429.")
     # output length when max_tokens does not force it
-    output_len_dist: str = "lognormal"
-    output_len_median_tokens: int = 128
-    output_len_sigma: float = 0.7  # lognormal shape
-    output_len_min_tokens: int = 1
-    output_len_max_tokens: int = 2048
+    output_len_dist: str = option(
+        "lognormal",
+        choices=OUTPUT_LEN_DISTS,
+        check=_one_of(OUTPUT_LEN_DISTS),
+        help="Output length when not forced.",
+    )
+    output_len_median_tokens: int = option(
+        128, type=int, check=positive, help="Median (lognormal) or value (fixed) of the output length."
+    )
+    output_len_sigma: float = option(
+        0.7, type=float, check=non_negative, help="Lognormal shape of the output length."
+    )
+    output_len_min_tokens: int = option(1, type=int, check=positive, help="Shortest drawn output.")
+    output_len_max_tokens: int = option(2048, type=int, check=positive, help="Longest drawn output.")
     # reasoning streamed before each chat answer, off by default; header X-Sim-Reasoning-Tokens sets one request's
-    reasoning_tokens: int = 0  # median
-    reasoning_tokens_sigma: float = 0.0  # lognormal shape; 0: exactly reasoning_tokens
-    reasoning_field: str = "reasoning"  # or reasoning_content
+    reasoning_tokens: int = option(
+        0, type=int, check=non_negative, help="Median reasoning tokens before each chat answer (0: none)."
+    )
+    reasoning_tokens_sigma: float = option(
+        0.0, type=float, check=non_negative, help="Lognormal shape of the reasoning length (0: fixed)."
+    )
+    reasoning_field: str = option(
+        "reasoning",
+        choices=REASONING_FIELDS,
+        check=_one_of(REASONING_FIELDS),
+        help="Delta key of reasoning: reasoning (vLLM, Ollama) or reasoning_content (SGLang, llama.cpp).",
+    )
     # failure injection, all off by default
-    error_rate: float = 0.0
-    error_status: int = 500
-    cut_rate: float = 0.0
-    stream_error_rate: float = 0.0
-    spike_rate: float = 0.0  # share of engine steps that take spike_ms longer
-    spike_ms: float = 0.0
-    slow_first_token_ms: float = 0.0
-    slow_first_token_rate: float = 1.0  # share of requests delayed when slow_first_token_ms > 0
+    error_rate: float = option(
+        0.0, type=float, check=fraction, help="Share of requests answered with --error-status at once."
+    )
+    error_status: int = option(
+        500,
+        choices=tuple(map(str, ERROR_STATUSES)),
+        parse=lambda text, flag: int(text),
+        check=_one_of(ERROR_STATUSES),
+        help="Status for --error-rate.",
+    )
+    cut_rate: float = option(
+        0.0, type=float, check=fraction, help="Share of streams cut mid-response (connection aborted)."
+    )
+    stream_error_rate: float = option(
+        0.0,
+        type=float,
+        check=fraction,
+        help="Share of streams sending an SSE error object inside the 200 stream.",
+    )
+    spike_rate: float = option(
+        0.0, type=float, check=fraction, help="Share of engine steps that take --spike-ms longer."
+    )
+    spike_ms: float = option(
+        0.0, type=float, check=non_negative, help="Extra time of a spiked step, in milliseconds."
+    )
+    slow_first_token_ms: float = option(
+        0.0, type=float, check=non_negative, help="Delay before a request enters the engine, in milliseconds."
+    )
+    slow_first_token_rate: float = option(
+        1.0, type=float, check=fraction, help="Share of requests delayed by --slow-first-token-ms."
+    )
+    event_loop: str = option(
+        "uvloop",
+        flags=("--loop",),
+        choices=EVENT_LOOPS,
+        check=_one_of(EVENT_LOOPS),
+        help="Event loop implementation.",
+    )
 
     @property
     def decode_base_ns(self) -> int:
@@ -136,36 +233,9 @@ def build_config(profile: str | None, flags: dict[str, object]) -> SimConfig:
 
 
 def validate(config: SimConfig) -> None:
-    """Reject settings the engine cannot run with, naming the flag."""
-    positive = ("max_num_seqs", "kv_cache_tokens", "max_prefill_tokens_per_step", "block_size")
-    positive += ("output_len_median_tokens", "output_len_min_tokens", "output_len_max_tokens")
-    for name in positive:
-        if getattr(config, name) <= 0:
-            raise BadInput(f"--{_flag(name)}: must be > 0, got {getattr(config, name)}")
-    non_negative = ("prefill_ns_per_token", "decode_base_ms", "decode_per_seq_ms", "prefix_cache_blocks")
-    non_negative += ("max_waiting", "retry_after_s", "message_overhead_tokens", "output_len_sigma")
-    non_negative += ("spike_ms", "slow_first_token_ms", "reasoning_tokens", "reasoning_tokens_sigma")
-    for name in non_negative:
-        if getattr(config, name) < 0:
-            raise BadInput(f"--{_flag(name)}: must be >= 0, got {getattr(config, name)}")
-    for name in ("error_rate", "cut_rate", "stream_error_rate", "spike_rate", "slow_first_token_rate"):
-        if not 0.0 <= getattr(config, name) <= 1.0:
-            raise BadInput(f"--{_flag(name)}: must be within [0, 1], got {getattr(config, name)}")
+    """Reject settings the engine cannot run with, naming the flag (profile values included)."""
+    options.check(config)
     if config.output_len_min_tokens > config.output_len_max_tokens:
         raise BadInput("--output-len-min-tokens: must not exceed --output-len-max-tokens")
-    if config.reasoning_field not in REASONING_FIELDS:
-        raise BadInput(f"--reasoning-field: must be one of {', '.join(REASONING_FIELDS)}")
-    if config.output_len_dist not in OUTPUT_LEN_DISTS:
-        raise BadInput(f"--output-len-dist: must be one of {', '.join(OUTPUT_LEN_DISTS)}")
-    if config.event_loop not in EVENT_LOOPS:
-        raise BadInput(f"--loop: must be one of {', '.join(EVENT_LOOPS)}")
-    if config.error_status not in ERROR_STATUSES:
-        raise BadInput(f"--error-status: must be 500 or 503, got {config.error_status}")
-    if not 0 <= config.port <= 65535:
-        raise BadInput(f"--port: must be within 0..65535, got {config.port}")
     if config.decode_base_ns + config.decode_per_seq_ns <= 0:
         raise BadInput("--decode-base-ms and --decode-per-seq-ms: a step must take some time")
-
-
-def _flag(name: str) -> str:
-    return name.replace("_", "-")

@@ -13,6 +13,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from llmreplay.output_paths import publish
+
 # (name, type, nullable); monotonic times come from time.perf_counter_ns(), the clock the
 # replayer uses on the same machine, so offsets compare directly.
 REQUEST_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
@@ -118,4 +120,4 @@ class ParquetSpool:
     def _publish(self) -> None:
         self._write_row_group()
         self._writer.close()
-        os.replace(self._temp, self.path)
+        publish(self._temp, self.path)
