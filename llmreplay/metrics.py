@@ -1,21 +1,105 @@
 """One definition of the latency metrics, applied alike to recorded traces and replay results.
 
-- TTFT: request start -> first chunk carrying content or a tool-call delta (`ttft_ns`).
-- ITL: gaps between consecutive content chunks (`chunk_offsets_ns` diffs), pooled over requests.
-- TPOT: (E2E - TTFT) / (completion tokens - 1), per request with at least 2 output tokens.
-- E2E: request start -> last byte (`e2e_ns`).
-Request start is the gateway arrival in a trace and the actual send in a replay run.
-Only successful requests count for latency; failures are reported apart, by kind.
+METRICS is the table every report, comparison, SLO and verdict iterates: adding a metric is adding
+a row (and its test). Values are ns inside, ms on display. Request start is the gateway arrival in a
+trace and the actual send in a replay run. Only successful requests count for latency; failures are
+reported apart, by kind.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 PERCENTILES = (50, 90, 95, 99)
-LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e")
+
+
+def _column_ns(name: str) -> Callable[[pa.Table], np.ndarray]:
+    def values(table: pa.Table) -> np.ndarray:
+        if name not in table.column_names:
+            return np.full(table.num_rows, np.nan)
+        return _as_float(table.column(name))
+
+    return values
+
+
+def _tpot_ns(table: pa.Table) -> np.ndarray:
+    ttft, e2e = _as_float(table.column("ttft_ns")), _as_float(table.column("e2e_ns"))
+    tokens = _as_float(table.column("completion_tokens"))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tokens > 1, (e2e - ttft) / (tokens - 1), np.nan)
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyMetric:
+    name: str  # the key in every report and the --slo prefix (ttft_p95<=500ms)
+    title: str
+    columns: tuple[str, ...]  # the result/trace columns it is computed from
+    definition: str
+    per_request: Callable[[pa.Table], np.ndarray] | None  # ns per row; None: one value per chunk gap
+    streamed_only: bool = True  # a non-streamed answer arrives in one piece: only E2E applies to it
+    from_start: bool = True  # measured from the request's start: the from-schedule view adds dispatch lag
+    gates: bool = True  # its percentiles take part in the verdict (False: shown, never judged)
+    percentiles: tuple[int, ...] = PERCENTILES
+    lower_is_better: bool = True
+    unit: str = "ms"  # shown in; computed in ns
+
+    @property
+    def per_gap(self) -> bool:
+        """Pooled over chunk gaps (ITL): no single value per request, so no goodput or paired ratio."""
+        return self.per_request is None
+
+
+METRICS: tuple[LatencyMetric, ...] = (
+    LatencyMetric(
+        "ttft",
+        "TTFT",
+        ("ttft_ns",),
+        "request start -> first chunk carrying content or a tool-call delta (streamed requests only)",
+        _column_ns("ttft_ns"),
+    ),
+    LatencyMetric(
+        "tpot",
+        "TPOT",
+        ("e2e_ns", "ttft_ns", "completion_tokens"),
+        "(E2E - TTFT) / (output tokens - 1), streamed requests with at least 2 output tokens",
+        _tpot_ns,
+        from_start=False,
+    ),
+    LatencyMetric(
+        "itl",
+        "ITL",
+        ("chunk_offsets_ns",),
+        "gap between consecutive content chunks of a streamed request (all gaps pooled)",
+        None,
+        from_start=False,
+    ),
+    LatencyMetric(
+        "e2e",
+        "E2E",
+        ("e2e_ns",),
+        "request start -> last byte of the response",
+        _column_ns("e2e_ns"),
+        streamed_only=False,
+    ),
+    LatencyMetric(
+        "ttfb",
+        "TTFB",
+        ("ttfb_ns",),
+        "request start -> response status line (streamed requests only); shown, not judged: a gateway "
+        "and a client see headers at different points",
+        _column_ns("ttfb_ns"),
+        gates=False,
+    ),
+)
+LATENCY_METRICS = tuple(m.name for m in METRICS)
+BY_NAME = {m.name: m for m in METRICS}
+GATING = tuple(m for m in METRICS if m.gates)
+JUDGED_CELLS = sum(len(m.percentiles) for m in GATING)  # the verdict's family of latency cells
 
 
 def success_mask(table: pa.Table) -> np.ndarray:
@@ -31,18 +115,9 @@ def _as_float(column) -> np.ndarray:
 
 
 def per_request_latencies_ns(table: pa.Table) -> dict[str, np.ndarray]:
-    """TTFT, TPOT and E2E per request in ns (NaN where undefined or the request failed)."""
+    """Every per-request metric in ns (NaN where undefined or the request failed)."""
     ok = success_mask(table)
-    ttft = _as_float(table.column("ttft_ns"))
-    e2e = _as_float(table.column("e2e_ns"))
-    tokens = _as_float(table.column("completion_tokens"))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(tokens > 1, (e2e - ttft) / (tokens - 1), np.nan)
-    return {
-        "ttft": np.where(ok, ttft, np.nan),
-        "tpot": np.where(ok, tpot, np.nan),
-        "e2e": np.where(ok, e2e, np.nan),
-    }
+    return {m.name: np.where(ok, m.per_request(table), np.nan) for m in METRICS if not m.per_gap}
 
 
 def itl_values_ns(table: pa.Table) -> np.ndarray:
@@ -82,10 +157,10 @@ def latency_summary_ms(
     holding every gap); `table` then needs no `chunk_offsets_ns`."""
     per_request = per_request_latencies_ns(table)
     summary = {}
-    for name in LATENCY_METRICS:
-        if name == "itl" and itl_ms is not None:
-            summary[name] = itl_ms
+    for metric in METRICS:
+        if metric.per_gap and itl_ms is not None:
+            summary[metric.name] = itl_ms
             continue
-        values = (itl_values_ns(table) if name == "itl" else per_request[name]) / 1e6
-        summary[name] = {"count": int(np.isfinite(values).sum()), **percentiles(values, qs)}
+        values = (itl_values_ns(table) if metric.per_gap else per_request[metric.name]) / 1e6
+        summary[metric.name] = {"count": int(np.isfinite(values).sum()), **percentiles(values, qs)}
     return summary

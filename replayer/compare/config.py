@@ -66,10 +66,10 @@ class CompareConfig:
 
     @property
     def interval_confidence(self) -> float:
-        from llmreplay.metrics import LATENCY_METRICS, PERCENTILES
+        from llmreplay.metrics import JUDGED_CELLS
         from replayer.compare.stats import per_interval_confidence
 
-        return per_interval_confidence(self.confidence, len(LATENCY_METRICS) * len(PERCENTILES))
+        return per_interval_confidence(self.confidence, JUDGED_CELLS)
 
     def cells(self, refused: bool = False):
         from replayer.compare.latency import CellSettings

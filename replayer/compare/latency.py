@@ -15,7 +15,7 @@ import numpy as np
 
 import replayer.compare.paired as compare_paired
 import replayer.compare.stats as compare_stats
-from llmreplay.metrics import LATENCY_METRICS, PERCENTILES
+from llmreplay.metrics import GATING, METRICS, PERCENTILES, LatencyMetric
 from replayer.compare.requests import Requests
 
 MIN_TAIL_SAMPLES = 10  # values above a percentile it needs: p99 wants 1,000, p50 20
@@ -43,12 +43,17 @@ def samples(req: Requests, cluster_of_row: np.ndarray, mask: np.ndarray | None =
     """The values of the rows in `mask`; `cluster_of_row`: each row's request number."""
     mask = np.ones(len(req), dtype=bool) if mask is None else mask
     values, cluster = {}, {}
-    for name in ("ttft", "tpot", "e2e"):
-        v = req.latency_ns[name]
+    for metric in METRICS:
+        if metric.per_gap:
+            keep = mask[req.itl_owner] & np.isfinite(req.itl_gaps_ns)
+            values[metric.name], cluster[metric.name] = (
+                req.itl_gaps_ns[keep],
+                cluster_of_row[req.itl_owner[keep]],
+            )
+            continue
+        v = req.latency_ns[metric.name]
         keep = mask & np.isfinite(v)
-        values[name], cluster[name] = v[keep], cluster_of_row[keep]
-    keep = mask[req.itl_owner] & np.isfinite(req.itl_gaps_ns)
-    values["itl"], cluster["itl"] = req.itl_gaps_ns[keep], cluster_of_row[req.itl_owner[keep]]
+        values[metric.name], cluster[metric.name] = v[keep], cluster_of_row[keep]
     return Samples(
         sorted={name: np.sort(v) for name, v in values.items()},
         values=values,
@@ -61,14 +66,12 @@ def few_samples(count: int, percentile: float) -> bool:
     return count * (1 - percentile / 100) < MIN_TAIL_SAMPLES
 
 
-def distribution(values_sorted: np.ndarray) -> dict:
+def distribution(values_sorted: np.ndarray, qs: tuple[int, ...] = PERCENTILES) -> dict:
     out: dict = {"count": int(values_sorted.size)}
-    for q in PERCENTILES:
+    for q in qs:
         value = compare_stats.sorted_quantile(values_sorted, q / 100)
         out[f"p{q}_ms"] = None if value is None else value / 1e6
-    out["few_samples"] = [
-        f"p{q}" for q in PERCENTILES if values_sorted.size and few_samples(values_sorted.size, q)
-    ]
+    out["few_samples"] = [f"p{q}" for q in qs if values_sorted.size and few_samples(values_sorted.size, q)]
     return out
 
 
@@ -85,41 +88,59 @@ def latency_rows(
     comparison per percentile. `clusters`: how many requests the sides share; `counts`: a
     compare_paired.resample_counts matrix reused by every metric (small comparisons)."""
     rows = {}
-    qs = tuple(q / 100 for q in PERCENTILES)
-    for name in LATENCY_METRICS:
-        row = {c_label: distribution(c.sorted[name])}
+    for metric in METRICS:
+        name = metric.name
+        row = {c_label: distribution(c.sorted[name], metric.percentiles)}
         if b is not None:
-            row["baseline"] = distribution(b.sorted[name])
-            n_eff = (b.itl_requests, c.itl_requests) if name == "itl" else (None, None)
-            draws = compare_paired.paired_ratio_draws(
-                (b.values[name], b.cluster[name]),
-                (c.values[name], c.cluster[name]),
-                clusters,
-                qs,
-                rng,
-                settings.draws,
-                *n_eff,
-                counts=counts,
-                sorted_values=(b.sorted[name], c.sorted[name]),
-            )
-            row["comparison"] = {}
-            for q, level in zip(PERCENTILES, qs, strict=True):
-                estimate = compare_stats.ratio_estimate(
-                    b.sorted[name], c.sorted[name], level, draws[level], settings.confidence
-                )
-                verdict = compare_stats.latency_verdict(estimate, settings.tolerance)
-                if settings.refused and verdict != compare_stats.NO_DATA:
-                    verdict = compare_stats.DIFFERENT_LOAD
-                row["comparison"][f"p{q}"] = {
-                    "ratio": estimate.ratio,
-                    "ci_low": estimate.ci_low,
-                    "ci_high": estimate.ci_high,
-                    "verdict": verdict,
-                    "few_samples": f"p{q}" in row["baseline"]["few_samples"]
-                    or f"p{q}" in row[c_label]["few_samples"],
-                }
+            row["baseline"] = distribution(b.sorted[name], metric.percentiles)
+            row["comparison"] = _comparison(metric, b, c, clusters, settings, rng, counts)
+            for q, cell in row["comparison"].items():
+                cell["few_samples"] = q in row["baseline"]["few_samples"] or q in row[c_label]["few_samples"]
         rows[name] = row
     return rows
+
+
+_FLIPPED = {
+    compare_stats.REGRESSION: compare_stats.IMPROVEMENT,
+    compare_stats.IMPROVEMENT: compare_stats.REGRESSION,
+}
+
+
+def _comparison(
+    metric: LatencyMetric, b: Samples, c: Samples, clusters: int, settings: CellSettings, rng, counts
+) -> dict:
+    """The candidate/baseline ratio at each of the metric's percentiles, its paired CI and verdict."""
+    name = metric.name
+    qs = tuple(q / 100 for q in metric.percentiles)
+    n_eff = (b.itl_requests, c.itl_requests) if metric.per_gap else (None, None)
+    draws = compare_paired.paired_ratio_draws(
+        (b.values[name], b.cluster[name]),
+        (c.values[name], c.cluster[name]),
+        clusters,
+        qs,
+        rng,
+        settings.draws,
+        *n_eff,
+        counts=counts,
+        sorted_values=(b.sorted[name], c.sorted[name]),
+    )
+    cells = {}
+    for q, level in zip(metric.percentiles, qs, strict=True):
+        estimate = compare_stats.ratio_estimate(
+            b.sorted[name], c.sorted[name], level, draws[level], settings.confidence
+        )
+        verdict = compare_stats.latency_verdict(estimate, settings.tolerance)
+        if not metric.lower_is_better:
+            verdict = _FLIPPED.get(verdict, verdict)
+        if settings.refused and verdict != compare_stats.NO_DATA:
+            verdict = compare_stats.DIFFERENT_LOAD
+        cells[f"p{q}"] = {
+            "ratio": estimate.ratio,
+            "ci_low": estimate.ci_low,
+            "ci_high": estimate.ci_high,
+            "verdict": verdict,
+        }
+    return cells
 
 
 def sample_warnings(latency: dict, labels: list[str]) -> list[str]:
@@ -127,7 +148,8 @@ def sample_warnings(latency: dict, labels: list[str]) -> list[str]:
     groups: dict[tuple[str, ...], list[int]] = {}
     for q in PERCENTILES:
         short = []
-        for name in LATENCY_METRICS:
+        for metric in GATING:  # a metric that is never judged needs no caution
+            name = metric.name
             if any(f"p{q}" in latency[name][label]["few_samples"] for label in labels):
                 counts = " / ".join(f"{latency[name][label]['count']:,}" for label in labels)
                 short.append(f"{name} ({counts})")

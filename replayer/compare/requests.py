@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llmreplay.metrics import per_request_latencies_ns, success_mask
+from llmreplay.metrics import BY_NAME, per_request_latencies_ns, success_mask
 from replayer.compare.error_gate import CLIENT_SIDE_ERRORS
 from replayer.compare.inputs import RUN, Side
 
@@ -31,7 +31,7 @@ class Requests:
     error_kind: np.ndarray
     http_status: np.ndarray
     error_detail: np.ndarray  # what a failed request said (runs of format 1.1 on; else None)
-    latency_ns: dict[str, np.ndarray]  # ttft, tpot, e2e per request (NaN unless successful)
+    latency_ns: dict[str, np.ndarray]  # each per-request metric (NaN unless successful)
     start_ns: np.ndarray  # on the side's own clock (gateway arrival or actual send), from its first request
     end_ns: np.ndarray
     trace_offset_ns: np.ndarray  # the request's arrival in the trace, from the first arrival
@@ -127,13 +127,13 @@ def _itl_by_row(table: pa.Table, ok: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def _streamed_only(latency_ns: dict[str, np.ndarray], stream: np.ndarray) -> dict[str, np.ndarray]:
-    """TTFT and TPOT of streamed requests only: a non-streamed answer arrives in one piece.
+    """Streamed-only metrics (llmreplay.metrics) of streamed requests only: a non-streamed answer arrives in one piece.
 
     Recorders leave its TTFT empty while clients may time the body; either way it is E2E, and
     mixing it in would compare different things on the two sides.
     """
     return {
-        name: values if name == "e2e" else np.where(stream, values, np.nan)
+        name: np.where(stream, values, np.nan) if BY_NAME[name].streamed_only else values
         for name, values in latency_ns.items()
     }
 

@@ -18,6 +18,7 @@ import replayer.compare.paired as compare_paired
 import replayer.compare.slo as compare_slo
 import replayer.compare.stats as compare_stats
 from llmreplay.errors import BadInput
+from llmreplay.metrics import METRICS
 from replayer.compare import run_fidelity
 from replayer.compare.buckets import buckets_section
 from replayer.compare.config import CompareConfig
@@ -40,12 +41,7 @@ CLOCK_DOMAIN_NOTES = {
     "gateway": "timed at the gateway (recorder): from the request's arrival at the gateway",
     "client": "timed at the replay client: from the actual send on the client's monotonic clock",
 }
-METRIC_DEFINITIONS = {
-    "ttft": "request start -> first chunk carrying content or a tool-call delta (streamed requests only)",
-    "itl": "gap between consecutive content chunks of a streamed request (all gaps pooled)",
-    "tpot": "(E2E - TTFT) / (output tokens - 1), streamed requests with at least 2 output tokens",
-    "e2e": "request start -> last byte of the response",
-}
+METRIC_DEFINITIONS = {m.name: m.definition for m in METRICS}
 
 
 def compare_sides(baseline: Side, candidate: Side, config: CompareConfig) -> dict:
@@ -270,7 +266,7 @@ def _error_side(req: Requests) -> dict:
 def _paired_section(b: Requests, c: Requests, common_b, common_c, config: CompareConfig) -> dict:
     """Per-request candidate/baseline ratios: does every request slow down, or only the tail?"""
     out = {"pairs": int(common_b.size), "metrics": {}}
-    for name in ("ttft", "tpot", "e2e"):
+    for name in b.latency_ns:  # the per-request metrics: a gap (ITL) has no pair
         b_vals, c_vals = b.latency_ns[name][common_b], c.latency_ns[name][common_c]
         ok = np.isfinite(b_vals) & np.isfinite(c_vals) & (b_vals > 0)
         ratios = np.sort(c_vals[ok] / b_vals[ok])

@@ -12,11 +12,11 @@ import numpy as np
 
 from llmreplay.durations import parse_duration_ns
 from llmreplay.errors import BadInput
-from llmreplay.metrics import LATENCY_METRICS
+from llmreplay.metrics import LATENCY_METRICS, METRICS
 
 _SLO = re.compile(r"^\s*([a-z][a-z0-9]*)_p(\d+(?:\.\d+)?)\s*<=\s*(.+)$")
-# ITL is a per-gap metric: it gates the percentile verdict, but a request has no single ITL value.
-GOODPUT_METRICS = ("ttft", "tpot", "e2e")
+# A per-gap metric (ITL) gates the percentile verdict, but a request has no single value of it.
+GOODPUT_METRICS = tuple(m.name for m in METRICS if not m.per_gap)
 
 PASS = "pass"
 BREACH = "breach"

@@ -12,11 +12,10 @@ import statistics
 
 import replayer.compare.slo as compare_slo
 import replayer.compare.stats as compare_stats
-from llmreplay.metrics import LATENCY_METRICS, PERCENTILES
+from llmreplay.metrics import BY_NAME, GATING
 from replayer.compare.fidelity import LOAD_CHECK
 from replayer.compare.run_fidelity import FAIL
 
-TITLES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 SPREAD_FOR_APPROX = 1.10  # ratios within 10% of each other read as one "≈" number
 
 
@@ -131,8 +130,8 @@ def _latency(latency: dict, tolerance: float, strict: bool) -> tuple[list[str], 
     rows, reasons = [], []
     by_verdict: dict[str, dict[str, list]] = {}
     judged = 0
-    for metric in LATENCY_METRICS:
-        for q in PERCENTILES:
+    for metric in (m.name for m in GATING):  # a metric that does not gate is shown, never judged
+        for q in BY_NAME[metric].percentiles:
             cell = latency[metric]["comparison"][f"p{q}"]
             rows.append(_row(f"{metric} p{q}", "latency", cell["verdict"], ""))
             if cell["verdict"] != compare_stats.NO_DATA:
@@ -165,22 +164,19 @@ def _latency(latency: dict, tolerance: float, strict: bool) -> tuple[list[str], 
 def _grouped(cells_by_metric: dict[str, list], direction: str, invert: bool) -> list[str]:
     """Metrics with the same percentiles in one phrase: 'TTFT ≈4.4× (CI …) and E2E ≈3.9× (CI …) slower at …'."""
     groups: dict[tuple, list[str]] = {}
-    for metric in LATENCY_METRICS:
+    for metric in (m.name for m in GATING):
         cells = cells_by_metric.get(metric)
         if not cells:
             continue
         ratios = [1 / c["ratio"] if invert else c["ratio"] for _, c in cells]
         lows = [1 / c["ci_high"] if invert else c["ci_low"] for _, c in cells]
         highs = [1 / c["ci_low"] if invert else c["ci_high"] for _, c in cells]
-        text = f"{TITLES[metric]} {_times(ratios)}× (CI {_number(min(lows))}–{_number(max(highs))})"
-        groups.setdefault(tuple(q for q, _ in cells), []).append(text)
+        text = f"{BY_NAME[metric].title} {_times(ratios)}× (CI {_number(min(lows))}–{_number(max(highs))})"
+        every = len(cells) == len(BY_NAME[metric].percentiles)
+        groups.setdefault((every, tuple(q for q, _ in cells)), []).append(text)
     phrases = []
-    for percentiles, texts in groups.items():
-        where = (
-            "at every percentile"
-            if len(percentiles) == len(PERCENTILES)
-            else "at " + ", ".join(f"p{q}" for q in percentiles)
-        )
+    for (every, percentiles), texts in groups.items():
+        where = "at every percentile" if every else "at " + ", ".join(f"p{q}" for q in percentiles)
         phrases.append(f"{' and '.join(texts)} {direction} {where}")
     return phrases
 

@@ -13,11 +13,12 @@ import re
 from html import escape
 from pathlib import Path
 
-from llmreplay.metrics import LATENCY_METRICS, PERCENTILES
+from llmreplay.metrics import BY_NAME, GATING, LATENCY_METRICS, PERCENTILES
 from replayer.report.svg import Chart, Series, render_chart
 
 COLORS = {"baseline": "#3b6ea8", "candidate": "#d9622b", "run": "#d9622b"}
-METRIC_TITLES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
+# Paired-ratio curves, in the order of the per-request metrics of llmreplay.metrics.METRICS.
+PAIRED_COLORS = ("#d9622b", "#3b6ea8", "#6a3d9a", "#2a9d8f", "#8a6d1f")
 # Defence in depth: a run.json should hold no secret, but a report must never show one.
 SECRET_KEY = re.compile(
     r"(api[_-]?key|authorization|secret|password|bearer|cookie|anonymi[sz]ation[_-]?key)", re.I
@@ -197,14 +198,23 @@ def _verdict_section(result: dict) -> str:
 
 def _latency_verdict_matrix(result: dict) -> str:
     rows = []
-    for metric in LATENCY_METRICS:
-        cells = [METRIC_TITLES[metric]]
+    for metric in (m.name for m in GATING):
+        cells = [BY_NAME[metric].title]
         for q in PERCENTILES:
-            cmp_row = result["latency"][metric]["comparison"][f"p{q}"]
+            cmp_row = result["latency"][metric]["comparison"].get(f"p{q}")
+            if cmp_row is None:
+                cells.append("–")
+                continue
             ratio = "" if cmp_row["ratio"] is None else f"{cmp_row['ratio']:.2f}x "
             cells.append(ratio + _verdict(cmp_row["verdict"]))
         rows.append(cells)
     return _table(["latency", *(f"p{q}" for q in PERCENTILES)], rows)
+
+
+def _title(metric: str) -> str:
+    """The metric's title, marked when it is shown but never judged (llmreplay.metrics)."""
+    row = BY_NAME[metric]
+    return row.title if row.gates else f"{row.title} <span class='muted'>(not judged)</span>"
 
 
 def _fidelity_section(result: dict) -> str:
@@ -241,7 +251,7 @@ def _latency_section(result: dict, labels: list[str]) -> str:
         rows = []
         for metric in LATENCY_METRICS:
             row = latency[metric]
-            for q in PERCENTILES:
+            for q in BY_NAME[metric].percentiles:
                 cmp_row = row["comparison"][f"p{q}"]
                 ratio = "–" if cmp_row["ratio"] is None else f"{cmp_row['ratio']:.3f}x"
                 ci = (
@@ -251,7 +261,7 @@ def _latency_section(result: dict, labels: list[str]) -> str:
                 )
                 rows.append(
                     [
-                        f"{METRIC_TITLES[metric]} <span class='muted'>(n {row['baseline']['count']:,} / "
+                        f"{_title(metric)} <span class='muted'>(n {row['baseline']['count']:,} / "
                         f"{row['candidate']['count']:,})</span>",
                         f"p{q}",
                         _ms(row["baseline"][f"p{q}_ms"]),
@@ -266,7 +276,7 @@ def _latency_section(result: dict, labels: list[str]) -> str:
     rows = []
     for metric in LATENCY_METRICS:
         d = latency[metric][labels[-1]]
-        rows.append([METRIC_TITLES[metric], f"{d['count']:,}", *(_ms(d[f"p{q}_ms"]) for q in PERCENTILES)])
+        rows.append([_title(metric), f"{d['count']:,}", *(_ms(d.get(f"p{q}_ms")) for q in PERCENTILES)])
     return "<h2>Latency percentiles</h2>" + _table(headers, rows)
 
 
@@ -282,8 +292,8 @@ def _cdf_section(result: dict, labels: list[str]) -> str:
         charts.append(
             render_chart(
                 Chart(
-                    f"{METRIC_TITLES[metric]} CDF",
-                    f"{METRIC_TITLES[metric]} (ms, log scale)",
+                    f"{BY_NAME[metric].title} CDF",
+                    f"{BY_NAME[metric].title} ({BY_NAME[metric].unit}, log scale)",
                     "share of requests",
                     tuple(series),
                     log_x=True,
@@ -300,13 +310,13 @@ def _paired_section(result: dict) -> str:
         return ""
     tolerance = result["tolerance"]
     rows, series = [], []
-    colors = {"ttft": "#d9622b", "tpot": "#3b6ea8", "e2e": "#6a3d9a"}
+    colors = dict(zip(paired["metrics"], PAIRED_COLORS * 2, strict=False))
     for metric, row in paired["metrics"].items():
         if not row.get("count"):
             continue
         rows.append(
             [
-                METRIC_TITLES[metric],
+                BY_NAME[metric].title,
                 f"{row['count']:,}",
                 *(f"{row[f'p{q}']:.2f}" for q in (1, 10, 50, 90, 99)),
                 f"{row['share_slower']:.1%}",
@@ -315,7 +325,7 @@ def _paired_section(result: dict) -> str:
         )
         quantiles = row["quantiles"]
         levels = tuple(i / (len(quantiles) - 1) for i in range(len(quantiles)))
-        series.append(Series(METRIC_TITLES[metric], colors[metric], tuple(quantiles), levels))
+        series.append(Series(BY_NAME[metric].title, colors[metric], tuple(quantiles), levels))
     chart = render_chart(
         Chart(
             "Per-request ratio candidate / baseline (CDF)",
@@ -396,11 +406,14 @@ def _bucket_section(result: dict) -> str:
         for bucket in (b for b in buckets if b["dimension"] == dimension):
             for metric in LATENCY_METRICS:
                 m = bucket["metrics"][metric]
-                cells = [escape(str(bucket["bucket"])), METRIC_TITLES[metric]]
+                cells = [escape(str(bucket["bucket"])), _title(metric)]
                 if compare:
                     cells.append(f"{bucket['baseline_requests']:,} / {bucket['candidate_requests']:,}")
                     for q in (50, 95, 99):
-                        cmp_row = m["comparison"][f"p{q}"]
+                        cmp_row = m["comparison"].get(f"p{q}")
+                        if cmp_row is None:
+                            cells.append("–")
+                            continue
                         ratio = "" if cmp_row["ratio"] is None else f" ({cmp_row['ratio']:.2f}x)"
                         cells.append(
                             f"{_ms(m['baseline'][f'p{q}_ms'])} → {_ms(m['candidate'][f'p{q}_ms'])}{ratio} "
@@ -523,7 +536,7 @@ def _config_section(result: dict) -> str:
 def _definitions_section(result: dict) -> str:
     domains = result["clock_domains"]
     items = [
-        f"<dt>{escape(METRIC_TITLES[k])}</dt><dd>{escape(v)}</dd>"
+        f"<dt>{escape(BY_NAME[k].title)}</dt><dd>{escape(v)}</dd>"
         for k, v in result["metric_definitions"].items()
     ]
     items.append(

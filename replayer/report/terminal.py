@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from llmreplay.metrics import LATENCY_METRICS, PERCENTILES
+from llmreplay.metrics import BY_NAME, LATENCY_METRICS, PERCENTILES
 
 VERDICT_STYLES = {
     "pass": "green",
@@ -74,9 +74,13 @@ def _latency_comparison(result: dict, console: Console) -> None:
         table.add_column(f"p{q}")
     for metric in LATENCY_METRICS:
         row = result["latency"][metric]
-        cells = [f"{metric} (n {row['baseline']['count']:,}/{row['candidate']['count']:,})"]
+        judged = "" if BY_NAME[metric].gates else " [dim](not judged)[/]"
+        cells = [f"{metric} (n {row['baseline']['count']:,}/{row['candidate']['count']:,}){judged}"]
         for q in PERCENTILES:
-            cmp_row = row["comparison"][f"p{q}"]
+            cmp_row = row["comparison"].get(f"p{q}")
+            if cmp_row is None:
+                cells.append("–")
+                continue
             b, c = row["baseline"][f"p{q}_ms"], row["candidate"][f"p{q}_ms"]
             ratio = "" if cmp_row["ratio"] is None else f"{cmp_row['ratio']:.2f}x"
             ci = "" if cmp_row["ci_low"] is None else f" [{cmp_row['ci_low']:.2f}-{cmp_row['ci_high']:.2f}]"
@@ -106,7 +110,7 @@ def _latency_single(result: dict, console: Console) -> None:
         table.add_column(column)
     for metric in LATENCY_METRICS:
         row = result["latency"][metric][label]
-        table.add_row(metric, f"{row['count']:,}", *(_ms(row[f"p{q}_ms"]) for q in PERCENTILES))
+        table.add_row(metric, f"{row['count']:,}", *(_ms(row.get(f"p{q}_ms")) for q in PERCENTILES))
     console.print(table)
 
 

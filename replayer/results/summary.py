@@ -14,7 +14,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from rich.markup import escape
 
-from llmreplay.metrics import PERCENTILES, itl_values_ns, latency_summary_ms, percentiles, success_mask
+from llmreplay.metrics import (
+    BY_NAME,
+    METRICS,
+    PERCENTILES,
+    itl_values_ns,
+    latency_summary_ms,
+    percentiles,
+    success_mask,
+)
 from replayer.compare import run_fidelity
 from replayer.compare.error_gate import commonest_messages, engine_error_mask, error_counts, error_rate_check
 from replayer.compare.gate_limits import MAX_ERROR_RATE, FidelityLimits
@@ -28,9 +36,7 @@ COLUMNS = tuple(
         (
             *run_fidelity.FACT_COLUMNS,
             "session_wait_ns",
-            "ttft_ns",
-            "e2e_ns",
-            "completion_tokens",
+            *(column for m in METRICS if not m.per_gap for column in m.columns),
             "error_detail",
         )
     )
@@ -43,10 +49,10 @@ def _ns_array(table: pa.Table, name: str) -> np.ndarray:
 
 
 def from_schedule(table: pa.Table) -> pa.Table:
-    """TTFT and E2E measured from the due time instead of the send (coordinated-omission view)."""
+    """Metrics measured from the request's start, from its due time instead (coordinated-omission view)."""
     lag = pc.fill_null(table.column("dispatch_lag_ns"), 0)
     out = table
-    for name in ("ttft_ns", "e2e_ns"):
+    for name in (m.columns[0] for m in METRICS if m.from_start):
         index = out.schema.get_field_index(name)
         out = out.set_column(index, name, pc.add(out.column(name), lag))
     return out
@@ -154,7 +160,7 @@ def print_summary(summary: dict, console) -> None:
         table.add_column(q, justify="right")
     for view, key in (("", "latency_ms"), (" (from schedule)", "latency_from_schedule_ms")):
         for name, values in summary[key].items():
-            if view and name in ("itl", "tpot"):
+            if view and not BY_NAME[name].from_start:
                 continue  # gaps do not depend on when the request was sent
             table.add_row(
                 f"{name.upper()} ms{view}",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 
@@ -61,3 +63,25 @@ def test_prefix_sharing_and_peak_rate():
     hashes = pa.array([[1, 2], [1, 3], [1, 2, 4]], pa.list_(pa.int64()))
     assert prefix_sharing_ratio(hashes) == 3 / 7  # blocks 1 (twice) and 2 (once) seen before
     assert peak_rate(np.array([0.0, 0.1, 0.2, 1.5, 3.0]), 1.0) == 3.0
+
+
+def test_every_metric_row_reads_columns_both_sides_have():
+    import pyarrow.parquet as pq
+
+    from llmreplay.metrics import METRICS
+    from llmreplay.run_format import RESULTS_FILE
+
+    golden = Path(__file__).parents[2] / "samples" / "golden"
+    trace = set(pq.read_schema(next(golden.glob("trace-*.parquet"))).names)
+    runs = [set(pq.read_schema(p).names) for p in golden.glob(f"*/{RESULTS_FILE}")]
+    assert runs
+    for metric in METRICS:
+        assert set(metric.columns) <= trace and all(set(metric.columns) <= run for run in runs), metric.name
+
+
+def test_ttfb_is_a_per_request_row_that_never_gates():
+    from llmreplay.metrics import BY_NAME, GATING, JUDGED_CELLS
+
+    t = table(ttfb_ns=pa.array([4, None], pa.int64()), http_status=pa.array([200, 200], pa.int16()))
+    assert per_request_latencies_ns(t)["ttfb"][0] == 4 and np.isnan(per_request_latencies_ns(t)["ttfb"][1])
+    assert BY_NAME["ttfb"] not in GATING and JUDGED_CELLS == 16  # the verdict's family is unchanged
