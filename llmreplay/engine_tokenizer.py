@@ -14,7 +14,7 @@ import threading
 import urllib.parse
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from llmreplay.errors import BadInput
 
@@ -77,17 +77,8 @@ class EngineTokenizer:
     """llmreplay.tokenizers.Tokenizer over a live engine, plus `count_chat` (template included)."""
 
     def __init__(self, base_url: str, model: str, dialect: str, api_key: str | None = None):
-        parts = urllib.parse.urlsplit(base_url)
-        self._host, self._port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
-        self._https = parts.scheme == "https"
-        self._root = parts.path.rstrip("/").removesuffix("/v1")
+        self._http = JsonHttp(base_url, api_key)
         self.base_url, self.model, self.dialect = base_url, model, DIALECTS[dialect]
-        if parts.username or parts.password:
-            raise BadInput(f"{parts.hostname}: credentials in the target URL are not supported; use --api-key")
-        self._headers = {"Content-Type": "application/json"}
-        if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
-        self._local = threading.local()
         self.id = f"engine:{dialect}:{model}#{self._fingerprint()}"
 
     # -- the Tokenizer protocol ---------------------------------------------------------------
@@ -163,6 +154,26 @@ class EngineTokenizer:
         ids = self.encode(_PROBE)
         return hashlib.blake2b(json.dumps([self.dialect.name, self.model, ids]).encode(), digest_size=6).hexdigest()
 
+    def _post(self, path: str, body: dict) -> dict:
+        return self._http.post(path, body)
+
+
+class JsonHttp:
+    """POST JSON, read JSON: one kept-alive connection per thread, bounded by TIMEOUT_S."""
+
+    def __init__(self, base_url: str, api_key: str | None = None):
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.username or parts.password:
+            raise BadInput(f"{parts.hostname}: credentials in the target URL are not supported; use --api-key")
+        self._host, self._port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+        self._https = parts.scheme == "https"
+        self._root = parts.path.rstrip("/").removesuffix("/v1")
+        self.base_url = base_url
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._local = threading.local()
+
     def _connection(self) -> http.client.HTTPConnection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
@@ -170,7 +181,7 @@ class EngineTokenizer:
             conn = self._local.conn = cls(self._host, self._port, timeout=TIMEOUT_S)
         return conn
 
-    def _post(self, path: str, body: dict) -> dict:
+    def post(self, path: str, body: dict) -> dict:
         url = f"{self.base_url.rstrip('/')}{path}"
         data = json.dumps(body).encode()
         for attempt in (1, 2):  # a kept-alive connection the server closed is retried once
@@ -183,7 +194,7 @@ class EngineTokenizer:
                 conn.close()
                 self._local.conn = None
                 if attempt == 2:
-                    raise BadInput(f"{url}: the engine's tokenizer did not answer ({exc})") from None
+                    raise BadInput(f"{url}: the engine did not answer ({exc})") from None
                 continue
             if answer.status != 200:
                 raise BadInput(f"{url}: HTTP {answer.status} {payload[:200].decode('utf-8', 'replace')!r}")
@@ -213,3 +224,76 @@ def detect_dialect(base_url: str, model: str, api_key: str | None = None) -> str
         except (BadInput, KeyError, TypeError):
             continue
     return None
+
+
+CALIBRATED_PREFIX = "calibrated:"
+PROBE_TOKENS = (32, 256)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The target's count as a linear function of a local tokenizer's, from `usage.prompt_tokens`."""
+
+    per_token: float  # target tokens per local token
+    per_request: float  # template tokens of a one-message request
+    per_message: float  # template tokens of each further message
+
+    def as_dict(self) -> dict:
+        return {k: round(v, 4) for k, v in asdict(self).items()}
+
+
+def calibrate(base_url: str, model: str, local, api_key: str | None = None) -> Calibration:
+    """Three short probe requests (max_tokens 1) against a target that has no /tokenize."""
+    from llmreplay.exact_text import ExactText
+
+    http_ = JsonHttp(base_url, api_key)
+    text = ExactText(local).text
+
+    def usage(messages: list[dict]) -> int:
+        answer = http_.post("/v1/chat/completions", {"model": model, "messages": messages, "max_tokens": 1})
+        try:
+            return int(answer["usage"]["prompt_tokens"])
+        except (KeyError, TypeError, ValueError):
+            raise BadInput(f"{base_url}: a probe's answer has no usage.prompt_tokens") from None
+
+    short, long = (usage([{"role": "user", "content": text(n, b"probe")}]) for n in PROBE_TOKENS)
+    per_token = (long - short) / (PROBE_TOKENS[1] - PROBE_TOKENS[0])
+    per_request = short - per_token * PROBE_TOKENS[0]
+    three = usage([{"role": r, "content": text(32, r.encode())} for r in ("user", "assistant", "user")])
+    return Calibration(per_token, per_request, (three - per_request - 96 * per_token) / 2)
+
+
+class CalibratedTokenizer:
+    """A local tokenizer whose request counts are scaled to the target's (approximate, never exact)."""
+
+    def __init__(self, local, calibration: Calibration, local_spec: str | None):
+        self.local, self.calibration, self._local_spec = local, calibration, local_spec
+        self.id = f"{CALIBRATED_PREFIX}{local.id}"
+        self.encode, self.decode, self.count = local.encode, local.decode, local.count
+        self.encode_batch, self.vocab_size = local.encode_batch, local.vocab_size
+
+    def count_chat(self, messages: list[dict], tools: list[dict] | None = None) -> int:
+        cal = self.calibration
+        local = sum(self.local.count(str(m.get("content") or "")) for m in messages)
+        if tools:
+            local += self.local.count(json.dumps(tools))
+        return round(cal.per_request + cal.per_message * (len(messages) - 1) + cal.per_token * local)
+
+    def count_prompt(self, text: str) -> int:
+        return round(self.calibration.per_request + self.calibration.per_token * self.local.count(text))
+
+    @property
+    def spec(self) -> str:
+        cal = self.calibration
+        return f"{CALIBRATED_PREFIX}{cal.per_token!r}:{cal.per_request!r}:{cal.per_message!r}:{self._local_spec or ''}"
+
+
+def calibrated_from_spec(spec: str) -> CalibratedTokenizer:
+    from llmreplay.tokenizers import load_tokenizer
+
+    try:
+        a, b, c, local_spec = spec.removeprefix(CALIBRATED_PREFIX).split(":", 3)
+        calibration = Calibration(float(a), float(b), float(c))
+    except ValueError:
+        raise BadInput(f"--tokenizer {spec}: expected calibrated:PER_TOKEN:PER_REQUEST:PER_MESSAGE:LOCAL") from None
+    return CalibratedTokenizer(load_tokenizer(local_spec or None), calibration, local_spec or None)

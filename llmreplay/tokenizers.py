@@ -129,6 +129,10 @@ def load_tokenizer(spec: str | None = None) -> Tokenizer:
         from llmreplay.engine_tokenizer import from_spec
 
         return from_spec(spec)
+    if spec.startswith("calibrated:"):
+        from llmreplay.engine_tokenizer import calibrated_from_spec
+
+        return calibrated_from_spec(spec)
     if spec.startswith("tiktoken:"):
         return _load_tiktoken(spec.removeprefix("tiktoken:"))
     path = Path(spec.removeprefix("hf:"))

@@ -1,27 +1,28 @@
 """Which tokenizer spells the replay's prompts: the target's own when it can be asked, never a silent guess.
 
-`--tokenizer auto` (the default) asks the engine (`/tokenize`); an explicit `--tokenizer` is used
-as given and checked against the engine when it answers. The choice, and how it was made, goes
-to the terminal and to run.json.
+`auto` (the default) uses the engine's /tokenize (exact, template included); without one, a
+calibration from `usage.prompt_tokens` of three probe requests (approximate). An explicit
+`--tokenizer` is calibrated the same way. The choice and how it was made go to run.json.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from llmreplay.engine_tokenizer import EngineTokenizer, detect_dialect
+from llmreplay.engine_tokenizer import CalibratedTokenizer, EngineTokenizer, calibrate, detect_dialect
+from llmreplay.errors import BadInput
 from llmreplay.tokenizers import DEFAULT_TOKENIZER, load_tokenizer
 
 AUTO = "auto"
-_CHECK_TEXT = " the operator restarted the gateway after midnight and replayed the traffic"
 
 
 @dataclass(frozen=True)
 class TokenizerChoice:
     spec: str  # what the builder loads (llmreplay.tokenizers.load_tokenizer)
-    source: str  # "engine", "flag" or "default"
-    target_verified: bool  # the target counts prompts as this tokenizer does
+    source: str  # "engine", "calibrated" or "unverified"
+    exact: bool  # the target itself counts each synthesized prompt before the clock
     note: str
+    calibration: dict | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -30,28 +31,32 @@ class TokenizerChoice:
 def choose_tokenizer(
     flag: str | None, base_url: str, model: str | None, api_key: str | None = None
 ) -> TokenizerChoice:
-    """The engine's tokenizer for `auto`; the flag's otherwise, compared with the engine's counts."""
-    dialect = detect_dialect(base_url, model, api_key) if model else None
-    engine = EngineTokenizer(base_url, model, dialect, api_key) if dialect else None
-    if flag in (None, AUTO):
-        if engine is not None:
-            return TokenizerChoice(engine.spec, "engine", True, f"the target's own /tokenize ({dialect} dialect)")
+    """The engine's tokenizer for `auto` when it has /tokenize; otherwise a calibrated local one."""
+    local_spec = None if flag in (None, AUTO) else flag
+    if local_spec is None and model:
+        dialect = detect_dialect(base_url, model, api_key)
+        if dialect is not None:
+            engine = EngineTokenizer(base_url, model, dialect, api_key)
+            return TokenizerChoice(engine.spec, "engine", True, f"the target's own /tokenize ({dialect})")
+    name = local_spec or DEFAULT_TOKENIZER
+    local = load_tokenizer(local_spec)
+    try:
+        calibration = calibrate(base_url, model, local, api_key) if model else None
+    except BadInput as exc:
+        calibration, why = None, str(exc)
+    else:
+        why = "no model to probe"
+    if calibration is None:
         return TokenizerChoice(
-            DEFAULT_TOKENIZER,
-            "default",
-            False,
-            f"the target has no /tokenize: prompts are spelled for {DEFAULT_TOKENIZER}, which may not be "
-            "the target's; pass --tokenizer with the served model's tokenizer.json",
+            name, "unverified", False, f"prompts spelled for {name}, not checked on the target ({why})"
         )
-    if engine is None:
-        return TokenizerChoice(flag, "flag", False, f"--tokenizer {flag}; the target has no /tokenize to check it")
-    local, remote = load_tokenizer(flag).count(_CHECK_TEXT), engine.count(_CHECK_TEXT)
-    if local == remote:
-        return TokenizerChoice(flag, "flag", True, f"--tokenizer {flag}; the target counts a probe text alike")
+    spec = CalibratedTokenizer(local, calibration, local_spec).spec
+    what = "" if local_spec else " (the target has no /tokenize)"
     return TokenizerChoice(
-        flag,
-        "flag",
+        spec,
+        "calibrated",
         False,
-        f"--tokenizer {flag} counts a probe text as {local} tokens, the target as {remote}: lengths will "
-        "differ (leave --tokenizer at auto to use the target's own)",
+        f"prompts spelled for {name}{what}, lengths scaled by {calibration.per_token:.3f} target tokens per "
+        f"token and {calibration.per_request:.0f} template tokens, from 3 probe requests: approximate",
+        calibration.as_dict(),
     )

@@ -19,6 +19,7 @@ import orjson
 from aiohttp import web
 
 from llmreplay.engines import SIM_OWNED_BY
+from llmreplay.sim import tokenize_api
 from llmreplay.sim.config import SimConfig
 from llmreplay.sim.engine import Engine, EngineParams, Sequence
 from llmreplay.sim.faults import FAULT_HEADER, Fault, draw_fault, immediate_error, parse_fault_header
@@ -101,6 +102,8 @@ class SimServer:
         app.router.add_get("/v1/models", self._list_models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_post("/tokenize", self._tokenize)
+        app.router.add_post("/detokenize", self._detokenize)
         app.on_startup.append(self._on_startup)
         return app
 
@@ -150,6 +153,20 @@ class SimServer:
             for name in self.config.models
         ]
         return _json({"object": "list", "data": data})
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        args = (self._tokenizer, await request.read(), self.config.message_overhead_tokens)
+        return await self._off_loop(tokenize_api.tokenize, *args)
+
+    async def _detokenize(self, request: web.Request) -> web.Response:
+        return await self._off_loop(tokenize_api.detokenize, self._tokenizer, await request.read())
+
+    async def _off_loop(self, function, *args) -> web.Response:
+        try:
+            answer = await asyncio.get_running_loop().run_in_executor(self._tokenize_pool, function, *args)
+        except InvalidRequest as exc:
+            return _error_response(exc, self.config.retry_after_s)
+        return _json(answer)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         counters = ServerCounters(self.outcomes, self.step_lateness_ns)

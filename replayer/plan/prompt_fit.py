@@ -1,8 +1,8 @@
 """Synthesized prompts whose length on the target, chat template and tools included, is the trace's.
 
-The trace's prompt_tokens is what production's engine counted. The target's template adds its own
-tokens (and may trim a message's first space), so the last message is respelled by the measured
-difference until the target's count matches; the correction per layout is remembered.
+The trace's prompt_tokens is what production's engine counted; the target's template adds its own
+tokens. The last message is respelled by the measured difference until the target's count
+matches; a layout whose correction keeps holding is then only re-counted on a sample.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 MAX_ROUNDS = 4
+TRUST_AFTER = 8  # a layout whose correction was right this many times in a row is trusted ...
+SAMPLE_EVERY = 16  # ... and re-counted once in this many prompts (a miss ends the trust)
 
 
 class ChatCounter(Protocol):
@@ -27,6 +29,7 @@ class FitStats:
     """How the fitting went over a run's requests: exact, off (could not be reached) and calls made."""
 
     exact: int = 0
+    trusted: int = 0  # not counted: its layout's correction had held (see TRUST_AFTER)
     off: int = 0
     calls: int = 0
     worst_off: int = 0
@@ -36,6 +39,7 @@ class FitStats:
     def as_dict(self) -> dict:
         return {
             "synthesized_exact": self.exact,
+            "synthesized_trusted": self.trusted,
             "synthesized_off": self.off,
             "worst_off_tokens": self.worst_off,
             "counting_calls": self.calls,
@@ -65,6 +69,8 @@ class PromptFitter:
     def __init__(self, counter: ChatCounter):
         self.counter = counter
         self.stats = FitStats()
+        self._seen: dict = {}
+        self._streak: dict = {}  # layout -> prompts in a row its correction was right at once
 
     def fit_chat(self, recorded: int, layout: tuple, spell: Callable[[int], tuple[list, list | None]]):
         """(messages, tools) spelled so the target's count is `recorded`; `spell(correction)` respells."""
@@ -80,20 +86,27 @@ class PromptFitter:
         return self._fit(recorded, (("prompt",), 0), spell, self.counter.count_prompt)
 
     def _fit(self, recorded, key, spell, count):
-        correction = self.stats.corrections.get(key, 0)
+        stats = self.stats
+        correction = stats.corrections.get(key, 0)
+        seen = self._seen[key] = self._seen.get(key, 0) + 1
+        if self._streak.get(key, 0) >= TRUST_AFTER and seen % SAMPLE_EVERY:
+            stats.trusted += 1  # this layout's correction held TRUST_AFTER times in a row
+            return spell(correction)
         best = None
-        for _ in range(MAX_ROUNDS):
+        for round_ in range(MAX_ROUNDS):
             body = spell(correction)
             counted = count(body)
-            self.stats.calls += 1
+            stats.calls += 1
             miss = recorded - counted
             if best is None or abs(miss) < abs(best[1]):
                 best = (body, miss)
             if miss == 0:
-                self.stats.exact += 1
-                self.stats.corrections[key] = correction
+                stats.exact += 1
+                stats.corrections[key] = correction
+                self._streak[key] = self._streak.get(key, 0) + 1 if round_ == 0 else 0
                 return body
             correction += miss
-        self.stats.off += 1
+        self._streak[key] = 0
+        stats.off += 1
         self.stats.worst_off = max(self.stats.worst_off, abs(best[1]))
         return best[0]

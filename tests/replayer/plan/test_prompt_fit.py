@@ -24,15 +24,17 @@ class TrimmingChatML:
 
     id = "chatml-trimmed"
 
-    def __init__(self):
+    def __init__(self, trim: bool = True):
         self.tokenizer = load_tokenizer()
+        self.trim = trim
 
     def render(self, messages, tools=None) -> str:
         out = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
         if tools:
             out += "<|im_start|>tools\n" + json.dumps(tools) + "<|im_end|>\n"
         for m in messages:
-            out += f"<|im_start|>{m['role']}\n{m['content'].strip()}<|im_end|>\n"
+            content = m["content"].strip() if self.trim else m["content"]
+            out += f"<|im_start|>{m['role']}\n{content}<|im_end|>\n"
         return out + "<|im_start|>assistant\n"
 
     def count_chat(self, messages, tools=None) -> int:
@@ -79,12 +81,21 @@ def test_tools_count_toward_the_fitted_length(speller):
     assert counter.count_chat(body["messages"], body["tools"]) == 600
 
 
-def test_a_layout_correction_is_remembered(speller):
-    fitter = PromptFitter(TrimmingChatML())
-    for i in range(5):
+@pytest.mark.parametrize("trim", [False, True])
+def test_a_layout_correction_is_remembered_then_trusted_on_samples(speller, trim):
+    counter = TrimmingChatML(trim)
+    fitter = PromptFitter(counter)
+    bodies = [
         _built(record(request_id=f"r{i}", prompt_tokens=400 + i, completion_tokens=4), speller, fitter)
-    assert fitter.stats.exact == 5
-    assert fitter.stats.calls < 5 * 2  # after the first, most are right at the first count
+        for i in range(60)
+    ]
+    stats = fitter.stats
+    assert stats.off == 0 and stats.exact + stats.trusted == 60
+    if trim:  # the trimmed first word's length varies: the layout never earns trust, every prompt is counted
+        assert stats.trusted == 0
+    else:
+        assert stats.trusted > 40 and stats.calls < 30
+    assert all(counter.count_chat(b["messages"]) == 400 + i for i, b in enumerate(bodies))
 
 
 def test_a_prompt_shorter_than_the_template_is_off_and_counted_so(speller):
