@@ -8,12 +8,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from llmreplay.engines import BY_NAME
 from llmreplay.errors import BadInput
 from llmreplay.options import duration, factor, option, url
 from llmreplay.tokenizers import DEFAULT_TOKENIZER
 from replayer.compare.gate_limits import FidelityLimits, max_error_rate_field
 
-ENGINES = ("detect", "vllm", "sglang", "trtllm", "openai")
+ENGINES = ("detect", *BY_NAME)  # llmreplay.engines: one row per engine
 NS_PER_S = 1_000_000_000
 
 
