@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 def error_object_kind(body: dict) -> str | None:
-    """"stream_error" when `body` is an error object rather than an answer; None otherwise."""
+    """The kind `stream_error` when `body` is an error object rather than an answer; None otherwise."""
     if body.get("error") is not None and not body.get("choices") and "data" not in body:
         return "stream_error"
     return None
