@@ -33,7 +33,8 @@ from llmreplay.errors import BadInput
 from llmreplay.exact_text import ExactText
 from llmreplay.output_paths import cannot_write, check_output_file
 from llmreplay.tokenizers import DEFAULT_TOKENIZER, Tokenizer, load_tokenizer
-from llmreplay.trace_format import CONTENT_COLUMN_NAMES, TraceMeta, trace_schema
+from llmreplay.trace_arrow import trace_schema
+from llmreplay.trace_format import CONTENT_COLUMN_NAMES, TraceMeta
 from llmreplay.trace_io import TraceWriter, iter_trace_batches, read_meta, trace_files
 
 ID_COLUMNS = {  # column -> (HMAC namespace, prefix of the new id); parents map like requests

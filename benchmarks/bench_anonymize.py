@@ -105,7 +105,7 @@ def build_trace(
             prompt_tokens = sum(s.tokens for s in shapes)
             record = TraceRecord(
                 request_id=f"r{index}",
-                arrival_time_us=1_700_000_000_000_000 + index * 10_000,
+                arrival_time=1_700_000_000_000_000 + index * 10_000,
                 endpoint="chat_completions",
                 prompt_tokens=prompt_tokens,
                 token_source="tokenizer",

@@ -104,7 +104,7 @@ def make_trace(shape: Shape, duration_s: float, path: Path, seed: int = 0) -> in
         records.append(
             TraceRecord(
                 request_id=f"{shape.name}-{i}",
-                arrival_time_us=T0_US + round(at_s * 1e6),
+                arrival_time=T0_US + round(at_s * 1e6),
                 endpoint="chat_completions",
                 prompt_tokens=prompt,
                 completion_tokens=output,

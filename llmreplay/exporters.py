@@ -17,20 +17,11 @@ from llmreplay import options
 from llmreplay.errors import BadInput
 from llmreplay.options import as_path, force_field, option
 from llmreplay.output_paths import atomic_output, check_output_file
+from llmreplay.trace_format import MOONCAKE_EXPORT_COLUMNS
 
 MOONCAKE_BLOCK_SIZE = 512  # what SGLang and AIPerf assume unless told (AIPerf: --isl-block-size)
 SESSION_TIMINGS = ("timestamp", "delay")
-_COLUMNS = (
-    "request_id",
-    "session_id",
-    "turn_index",
-    "think_time_ns",
-    "arrival_time",
-    "endpoint",
-    "prompt_tokens",
-    "completion_tokens",
-    "prefix_block_hashes",
-)
+_COLUMNS = MOONCAKE_EXPORT_COLUMNS
 
 
 @dataclass(frozen=True, slots=True)

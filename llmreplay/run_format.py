@@ -13,7 +13,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from llmreplay.errors import BadInput
-from llmreplay.trace_format import SHAPE_COLUMNS, TIMESTAMP_TYPE
+from llmreplay.trace_arrow import TIMESTAMP_TYPE, trace_schema
+from llmreplay.trace_format import MEASURED_COLUMNS, RUN_COPIED_COLUMNS
 
 RUN_FORMAT_VERSION = "1.1"  # 1.1 added error_detail
 READABLE_MAJOR_VERSIONS = (1,)
@@ -21,39 +22,10 @@ RESULTS_FILE = "results.parquet"
 RUN_FILE = "run.json"
 SERVER_METRICS_FILE = "server_metrics.parquet"
 
-# Trace columns carried into results unchanged (the request as the trace describes it) ...
-_FROM_TRACE = (
-    "request_id",
-    "session_id",
-    "turn_index",
-    "parent_request_id",
-    "arrival_time",
-    "endpoint",
-    "model",
-    "stream",
-    "tools_count",
-    "tool_choice",
-    "structured_output",
-    "max_tokens",
-)
-# ... and trace columns that the replay measures anew, with the same meaning.
-_MEASURED = (
-    "http_status",
-    "error_kind",
-    "retry_after_ms",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "token_source",
-    "tool_calls_count",
-    "ttfb_ns",
-    "ttft_ns",
-    "e2e_ns",
-    "chunk_offsets_ns",
-    "finish_reason",
-)
+_FROM_TRACE = RUN_COPIED_COLUMNS  # the request as the trace describes it ...
+_MEASURED = MEASURED_COLUMNS  # ... and what the replay measures anew, with the same meaning
 
-_TRACE_TYPES = {name: (dtype, nullable) for name, dtype, nullable in SHAPE_COLUMNS}
+_TRACE_TYPES = {f.name: (f.type, f.nullable) for f in trace_schema(False)}
 
 REPLAY_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
     ("source_request_id", pa.string(), False),  # the trace row this request replays (copies share it)

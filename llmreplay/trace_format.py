@@ -1,21 +1,25 @@
-"""Trace format v1: the one definition of the columns every stage reads and writes.
+"""Trace format: the columns (the fields of TraceRecord), their types, vocabularies and bounds, the version rule.
 
-One row per request. This module owns the schema, its version, the record type and the
-file metadata; it imports nothing from the stages (recorder, anonymizer, replayer).
+Plain Python: no pyarrow, numpy or stage imports, so the recorder's proxy may load it. The Arrow
+schema is built from these descriptors in llmreplay.trace_arrow.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
+from llmreplay.error_kinds import ERROR_KINDS
 
-from llmreplay.error_kinds import ERROR_KINDS, error_kind_for_status  # noqa: F401 (re-exported: part of the format)
-
-FORMAT_VERSION = "1.1"  # 1.1 added invalid_fields
+# Version rule: MAJOR.MINOR. A minor version only adds nullable columns (`since` on the column) and
+# vocabulary values. A reader reads every file of a major it knows: a column the file lacks that a
+# minor version added reads as nulls, a column the reader does not know is ignored, and a vocabulary
+# value it does not know is kept as it is when the file's minor is newer than the reader's (in a file
+# of the reader's own or an older minor, the writer was wrong: refused). Another major: refused.
+FORMAT_VERSION = "1.1"
 READABLE_MAJOR_VERSIONS = (1,)
 METADATA_KEY = b"llmreplay"
 DEFAULT_BLOCK_SIZE = 512
@@ -23,116 +27,43 @@ DEFAULT_BLOCK_SIZE = 512
 ENDPOINTS = ("chat_completions", "completions", "embeddings", "responses")
 TOKEN_SOURCES = ("server_usage", "tokenizer", "imported")
 STRUCTURED_OUTPUT_KINDS = ("none", "json_object", "json_schema")
-TOOL_CHOICES = ("auto", "none", "required", "function")
+TOOL_CHOICES = ("auto", "none", "required", "function")  # "function": a named function was forced
 
-TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+# Type descriptors: the Arrow type of each column, spelled as docs/trace-format.md spells it.
+STRING, BOOL, INT16, INT32, INT64, FLOAT32 = "string", "bool", "int16", "int32", "int64", "float32"
+TIMESTAMP = "timestamp[us, UTC]"
+MESSAGE_SHAPE = "struct<role: string, tokens: int32>"
+INTEGER_TYPES = (INT16, INT32, INT64)
 
-MESSAGE_SHAPE_TYPE = pa.struct([("role", pa.string()), ("tokens", pa.int32())])
 
-# (name, type, nullable) — the order is the column order in files.
-SHAPE_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
-    ("request_id", pa.string(), False),
-    ("session_id", pa.string(), True),
-    ("turn_index", pa.int32(), False),
-    ("parent_request_id", pa.string(), True),
-    ("think_time_ns", pa.int64(), True),
-    ("arrival_time", TIMESTAMP_TYPE, False),
-    ("endpoint", pa.string(), False),
-    ("model", pa.string(), True),
-    ("stream", pa.bool_(), False),
-    ("user_id", pa.string(), True),
-    ("api_key_hash", pa.string(), True),
-    ("http_status", pa.int16(), True),
-    ("error_kind", pa.string(), True),
-    ("retry_after_ms", pa.int64(), True),
-    ("prompt_tokens", pa.int32(), False),
-    ("completion_tokens", pa.int32(), True),
-    ("cached_tokens", pa.int32(), True),
-    ("token_source", pa.string(), False),
-    ("max_tokens", pa.int32(), True),
-    ("temperature", pa.float32(), True),
-    ("top_p", pa.float32(), True),
-    ("n", pa.int16(), True),
-    ("stop_present", pa.bool_(), False),
-    ("seed", pa.int64(), True),
-    ("tools_count", pa.int16(), False),
-    ("tool_definition_tokens", pa.int32(), False),
-    ("tool_choice", pa.string(), True),
-    ("tool_calls_count", pa.int16(), False),
-    ("structured_output", pa.string(), False),
-    ("schema_tokens", pa.int32(), False),
-    ("messages", pa.list_(MESSAGE_SHAPE_TYPE), False),
-    ("prefix_block_hashes", pa.list_(pa.int64()), False),
-    ("ttfb_ns", pa.int64(), True),
-    ("ttft_ns", pa.int64(), True),
-    ("e2e_ns", pa.int64(), True),
-    ("chunk_offsets_ns", pa.list_(pa.int64()), True),
-    ("finish_reason", pa.string(), True),
-    ("invalid_fields", pa.list_(pa.string()), True),  # fields nulled because the value was out of range
-)
-# Columns added by a minor version: files written before it lack them, and readers fill them with nulls.
-ADDED_COLUMNS = {"invalid_fields": "1.1"}
+def list_of(item: str) -> str:
+    return f"list<{item}>"
 
-# Present in a "content" trace only. JSON text exactly as the client sent / the engine answered.
-CONTENT_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
-    ("content_messages", pa.string(), True),  # JSON array of chat messages (chat endpoints)
-    ("content_prompt", pa.string(), True),  # JSON of the `prompt` field (completions endpoint)
-    ("content_tools", pa.string(), True),  # JSON array of tool definitions
-    ("content_response_format", pa.string(), True),  # JSON of response_format
-    ("content_response", pa.string(), True),  # generated text of choice 0
-    ("content_tool_calls", pa.string(), True),  # JSON array of returned tool calls
-)
 
-SHAPE_COLUMN_NAMES = tuple(name for name, _, _ in SHAPE_COLUMNS)
-CONTENT_COLUMN_NAMES = tuple(name for name, _, _ in CONTENT_COLUMNS)
-# Columns whose values come from a closed vocabulary; readers refuse anything else.
-ENUM_COLUMNS = {
-    "endpoint": ENDPOINTS,
-    "token_source": TOKEN_SOURCES,
-    "structured_output": STRUCTURED_OUTPUT_KINDS,
-    "error_kind": ERROR_KINDS,
-}
-NON_NEGATIVE_COLUMNS = (
-    "turn_index",
-    "think_time_ns",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "max_tokens",
-    "tools_count",
-    "tool_definition_tokens",
-    "tool_calls_count",
-    "schema_tokens",
-    "ttfb_ns",
-    "ttft_ns",
-    "e2e_ns",
-    "retry_after_ms",
-)
+def item_type(descriptor: str) -> str | None:
+    """The item descriptor of a list descriptor; None for any other."""
+    return descriptor[5:-1] if descriptor.startswith("list<") else None
+
+
 # Largest duration a trace may hold: 2**53 ns (about 104 days), exact as a float64, so every stage
 # may compute with it in floats. Arrivals are bounded the same way (2**53 us: the year 2255).
 MAX_DURATION_NS = 1 << 53
 MAX_ARRIVAL_US = 1 << 53
-# Upper bounds tighter than a column's Arrow width (list columns: every item). Readers refuse larger
-# values; writers (llmreplay.trace_values) null them and name them in invalid_fields.
-UPPER_BOUNDS = {
-    "think_time_ns": MAX_DURATION_NS,
-    "ttfb_ns": MAX_DURATION_NS,
-    "ttft_ns": MAX_DURATION_NS,
-    "e2e_ns": MAX_DURATION_NS,
-    "chunk_offsets_ns": MAX_DURATION_NS,
-    "retry_after_ms": MAX_DURATION_NS // 1_000_000,
-    "arrival_time": MAX_ARRIVAL_US,
-}
+# Value ranges (inclusive; None: the type's limit). A list column's range holds for every item.
+COUNT = (0, None)
+DURATION_NS = (0, MAX_DURATION_NS)
+DURATION_MS = (0, MAX_DURATION_NS // 1_000_000)
+ARRIVAL_US = (0, MAX_ARRIVAL_US)
+
+_REQUIRED = dataclasses.MISSING
 
 
-def _fields(columns) -> list[pa.Field]:
-    return [pa.field(name, dtype, nullable=nullable) for name, dtype, nullable in columns]
-
-
-def trace_schema(with_content: bool) -> pa.Schema:
-    """The Arrow schema of a shape trace, or of a content trace when `with_content`."""
-    columns = SHAPE_COLUMNS + CONTENT_COLUMNS if with_content else SHAPE_COLUMNS
-    return pa.schema(_fields(columns))
+def column(
+    type_: str, default: Any = _REQUIRED, *, since="1.0", values=None, bounds=(None, None), content=False
+):
+    """A TraceRecord field that is a column; it is nullable exactly when its default is None."""
+    spec = {"type": type_, "since": since, "values": values, "bounds": bounds, "content": content}
+    return field(default=default, metadata={"column": spec})
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,94 +72,181 @@ class MessageShape:
     tokens: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TraceRecord:
-    """One request as a typed object; field names are the column names."""
+    """One request; its fields are the trace's columns, in file order (content columns last)."""
 
-    request_id: str
-    arrival_time_us: int  # microseconds since the Unix epoch, UTC
-    endpoint: str
-    prompt_tokens: int
-    token_source: str
-    session_id: str | None = None
-    turn_index: int = 0
-    parent_request_id: str | None = None
-    think_time_ns: int | None = None
-    model: str | None = None
-    stream: bool = False
-    user_id: str | None = None
-    api_key_hash: str | None = None
-    http_status: int | None = None
-    error_kind: str | None = None
-    retry_after_ms: int | None = None
-    completion_tokens: int | None = None
-    cached_tokens: int | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    n: int | None = None
-    stop_present: bool = False
-    seed: int | None = None
-    tools_count: int = 0
-    tool_definition_tokens: int = 0
-    tool_choice: str | None = None
-    tool_calls_count: int = 0
-    structured_output: str = "none"
-    schema_tokens: int = 0
-    messages: tuple[MessageShape, ...] = ()
-    prefix_block_hashes: tuple[int, ...] = ()
-    ttfb_ns: int | None = None
-    ttft_ns: int | None = None
-    e2e_ns: int | None = None
-    chunk_offsets_ns: tuple[int, ...] | None = None
-    finish_reason: str | None = None
-    invalid_fields: tuple[str, ...] | None = None
-    content_messages: str | None = None
-    content_prompt: str | None = None
-    content_tools: str | None = None
-    content_response_format: str | None = None
-    content_response: str | None = None
-    content_tool_calls: str | None = None
+    request_id: str = column(STRING)  # unique within the trace
+    session_id: str | None = column(STRING, None)
+    turn_index: int = column(INT32, 0, bounds=COUNT)
+    parent_request_id: str | None = column(STRING, None)
+    think_time_ns: int | None = column(INT64, None, bounds=DURATION_NS)
+    arrival_time: int = column(TIMESTAMP, bounds=ARRIVAL_US)  # microseconds since the Unix epoch, UTC
+    endpoint: str = column(STRING, values=ENDPOINTS)
+    model: str | None = column(STRING, None)
+    stream: bool = column(BOOL, False)
+    user_id: str | None = column(STRING, None)
+    api_key_hash: str | None = column(STRING, None)
+    http_status: int | None = column(INT16, None)
+    error_kind: str | None = column(STRING, None, values=ERROR_KINDS)
+    retry_after_ms: int | None = column(INT64, None, bounds=DURATION_MS)
+    prompt_tokens: int = column(INT32, bounds=COUNT)
+    completion_tokens: int | None = column(INT32, None, bounds=COUNT)
+    cached_tokens: int | None = column(INT32, None, bounds=COUNT)
+    token_source: str = column(STRING, values=TOKEN_SOURCES)
+    max_tokens: int | None = column(INT32, None, bounds=COUNT)
+    temperature: float | None = column(FLOAT32, None)
+    top_p: float | None = column(FLOAT32, None)
+    n: int | None = column(INT16, None)
+    stop_present: bool = column(BOOL, False)
+    seed: int | None = column(INT64, None)
+    tools_count: int = column(INT16, 0, bounds=COUNT)
+    tool_definition_tokens: int = column(INT32, 0, bounds=COUNT)
+    tool_choice: str | None = column(STRING, None, values=TOOL_CHOICES)
+    tool_calls_count: int = column(INT16, 0, bounds=COUNT)
+    structured_output: str = column(STRING, "none", values=STRUCTURED_OUTPUT_KINDS)
+    schema_tokens: int = column(INT32, 0, bounds=COUNT)
+    messages: tuple[MessageShape, ...] = column(list_of(MESSAGE_SHAPE), ())
+    prefix_block_hashes: tuple[int, ...] = column(list_of(INT64), ())
+    ttfb_ns: int | None = column(INT64, None, bounds=DURATION_NS)
+    ttft_ns: int | None = column(INT64, None, bounds=DURATION_NS)
+    e2e_ns: int | None = column(INT64, None, bounds=DURATION_NS)
+    chunk_offsets_ns: tuple[int, ...] | None = column(list_of(INT64), None, bounds=DURATION_NS)
+    finish_reason: str | None = column(STRING, None)
+    # columns whose value was out of range as received: written as null and named here
+    invalid_fields: tuple[str, ...] | None = column(list_of(STRING), None, since="1.1")
+    # content traces only: JSON text exactly as the client sent / the engine answered
+    content_messages: str | None = column(STRING, None, content=True)  # chat messages array
+    content_prompt: str | None = column(STRING, None, content=True)  # completions `prompt` field
+    content_tools: str | None = column(STRING, None, content=True)  # tool definitions array
+    content_response_format: str | None = column(STRING, None, content=True)
+    content_response: str | None = column(STRING, None, content=True)  # generated text of choice 0
+    content_tool_calls: str | None = column(STRING, None, content=True)  # returned tool calls array
 
     def to_row(self) -> dict[str, Any]:
-        """A dict keyed by column name, ready for `pa.Table.from_pylist`."""
-        row = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        row["arrival_time"] = row.pop("arrival_time_us")
+        """A dict keyed by column name (tuples as lists), ready for `pa.Table.from_pylist`."""
+        row = {name: getattr(self, name) for name in COLUMN_NAMES}
         row["messages"] = [{"role": m.role, "tokens": m.tokens} for m in self.messages]
-        row["prefix_block_hashes"] = list(self.prefix_block_hashes)
-        if self.chunk_offsets_ns is not None:
-            row["chunk_offsets_ns"] = list(self.chunk_offsets_ns)
-        if self.invalid_fields is not None:
-            row["invalid_fields"] = list(self.invalid_fields)
+        for name in _LIST_COLUMNS:
+            if row[name] is not None:
+                row[name] = list(row[name])
         return row
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> TraceRecord:
-        """Inverse of `to_row`; accepts rows read back from Parquet (`to_pylist`)."""
-        values = dict(row)
-        arrival = values.pop("arrival_time")
-        values["arrival_time_us"] = arrival if isinstance(arrival, int) else _datetime_to_us(arrival)
+        """Inverse of `to_row`; accepts rows read back from Parquet (`to_pylist`); unknown keys are ignored."""
+        values = {name: row[name] for name in COLUMN_NAMES if name in row}
+        arrival = values["arrival_time"]
+        values["arrival_time"] = arrival if isinstance(arrival, int) else _datetime_to_us(arrival)
         values["messages"] = tuple(MessageShape(m["role"], m["tokens"]) for m in values.get("messages") or ())
         values["prefix_block_hashes"] = tuple(values.get("prefix_block_hashes") or ())
-        for name in ("chunk_offsets_ns", "invalid_fields"):
+        for name in _LIST_COLUMNS:
             if values.get(name) is not None:
                 values[name] = tuple(values[name])
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in known})
+        return cls(**values)
 
 
-def _datetime_to_us(value) -> int:
-    delta = value - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column as the format describes it (built from a TraceRecord field)."""
+
+    name: str
+    type: str  # a descriptor: STRING, INT32, list_of(INT64), ...
+    nullable: bool
+    since: str  # the format version that added it
+    values: tuple[str, ...] | None  # the closed vocabulary, if any
+    bounds: tuple[int | None, int | None]  # inclusive (low, high) for integers and times; None: the type's
+    content: bool  # present in content traces only
 
 
-def _epoch():
-    import datetime
+def _columns() -> tuple[Column, ...]:
+    found = []
+    for f in dataclasses.fields(TraceRecord):
+        found.append(Column(name=f.name, nullable=f.default is None, **f.metadata["column"]))
+    return tuple(found)
 
-    return datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+COLUMNS = _columns()
+COLUMN_NAMES = tuple(c.name for c in COLUMNS)
+SHAPE_COLUMN_NAMES = tuple(c.name for c in COLUMNS if not c.content)
+CONTENT_COLUMN_NAMES = tuple(c.name for c in COLUMNS if c.content)
+# Derived views the readers and writers check with.
+ENUM_COLUMNS = {c.name: c.values for c in COLUMNS if c.values}
+NON_NEGATIVE_COLUMNS = tuple(c.name for c in COLUMNS if c.bounds[0] == 0 and c.type in INTEGER_TYPES)
+UPPER_BOUNDS = {c.name: c.bounds[1] for c in COLUMNS if c.bounds[1] is not None}
+ADDED_COLUMNS = {c.name: c.since for c in COLUMNS if c.since != "1.0"}
+_LIST_COLUMNS = tuple(c.name for c in COLUMNS if item_type(c.type) and c.name != "messages")
+
+# Column subsets the stages read, named here so every trace name has this one home.
+SESSION_COLUMNS = ("session_id", "turn_index", "parent_request_id", "think_time_ns")
+SAMPLING_COLUMNS = ("temperature", "top_p", "n", "seed")  # passed to the engine as recorded
+LATENCY_COLUMNS = ("ttft_ns", "ttfb_ns", "e2e_ns")  # single intervals from the request's start
+# What a request body alone determines (the recorder's RequestShape), and the content it carries.
+REQUEST_COLUMNS = (
+    "model", "stream", "max_tokens", *SAMPLING_COLUMNS, "stop_present", "tools_count", "tool_choice",
+    "structured_output", "content_messages", "content_prompt", "content_tools", "content_response_format",
+)  # fmt: skip
+# What a replay measures anew, with the trace's meaning (llmreplay.run_format) ...
+MEASURED_COLUMNS = (
+    "http_status", "error_kind", "retry_after_ms", "prompt_tokens", "completion_tokens", "cached_tokens",
+    "token_source", "tool_calls_count", "ttfb_ns", "ttft_ns", "e2e_ns", "chunk_offsets_ns", "finish_reason",
+)  # fmt: skip
+# ... and the trace columns a run carries unchanged (the request as the trace describes it).
+RUN_COPIED_COLUMNS = (
+    "request_id", *SESSION_COLUMNS[:3], "arrival_time", "endpoint", "model", "stream", "tools_count",
+    "tool_choice", "structured_output", "max_tokens",
+)  # fmt: skip
+# What replay planning, its checks and result rows read (replayer.plan.trace_rows) ...
+PLANNING_COLUMNS = (
+    "request_id", "arrival_time", "endpoint", "model", *SESSION_COLUMNS, "stream", "error_kind",
+    "prompt_tokens", "completion_tokens", "max_tokens", "e2e_ns", "tools_count", "tool_choice",
+    "structured_output",
+)  # fmt: skip
+# ... of which a schedule is planned from these (replayer.plan.schedule).
+SCHEDULE_COLUMNS = (
+    "request_id", "session_id", "arrival_time", "turn_index", "think_time_ns", "stream", "error_kind",
+    "completion_tokens", "e2e_ns",
+)  # fmt: skip
+# What compare reads from a trace; a run carries the same names.
+COMPARED_COLUMNS = (
+    "request_id", "arrival_time", "model", "stream", "tools_count", "http_status", "error_kind",
+    "prompt_tokens", "completion_tokens", "cached_tokens", "ttft_ns", "e2e_ns", "chunk_offsets_ns",
+)  # fmt: skip
+# What a Mooncake export is written from (llmreplay.exporters).
+MOONCAKE_EXPORT_COLUMNS = (
+    "request_id", "session_id", "turn_index", "think_time_ns", "arrival_time", "endpoint", "prompt_tokens",
+    "completion_tokens", "prefix_block_hashes",
+)  # fmt: skip
 
 
-_EPOCH = _epoch()
+def version_tuple(version: str) -> tuple[int, int]:
+    """(major, minor) of a format version; ValueError for anything but 'MAJOR.MINOR' integers."""
+    major, _, minor = str(version).partition(".")
+    return int(major), int(minor or 0)
+
+
+def major_version(version: str) -> int:
+    return version_tuple(version)[0]
+
+
+def refusal(version: str) -> str | None:
+    """Why a reader of this format refuses a file of `version` (one line), or None: it reads it."""
+    if major_version(version) in READABLE_MAJOR_VERSIONS:
+        return None
+    readable = ", ".join(f"{v}.x" for v in READABLE_MAJOR_VERSIONS)
+    return f"trace format version {version} is not supported (this llmreplay reads {readable}); upgrade llmreplay"
+
+
+def knows_every_value(version: str) -> bool:
+    """Whether a file of `version` may hold only the vocabulary values this format knows (see the rule)."""
+    return version_tuple(version) <= version_tuple(FORMAT_VERSION)
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def _datetime_to_us(value: datetime.datetime) -> int:
+    return (value - _EPOCH) // datetime.timedelta(microseconds=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,10 +284,6 @@ class TraceMeta:
 
     def replace(self, **changes) -> TraceMeta:
         return dataclasses.replace(self, **changes)
-
-
-def major_version(version: str) -> int:
-    return int(str(version).split(".", 1)[0])
 
 
 def _package_version() -> str:

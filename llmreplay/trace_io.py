@@ -19,20 +19,19 @@ import pyarrow.parquet as pq
 
 from llmreplay.errors import BadInput
 from llmreplay.output_paths import replace_file, temp_path
+from llmreplay.trace_arrow import records_to_table, trace_schema
 from llmreplay.trace_format import (
     ADDED_COLUMNS,
     CONTENT_COLUMN_NAMES,
-    CONTENT_COLUMNS,
     ENUM_COLUMNS,
     METADATA_KEY,
     NON_NEGATIVE_COLUMNS,
-    READABLE_MAJOR_VERSIONS,
-    SHAPE_COLUMNS,
     UPPER_BOUNDS,
     TraceMeta,
     TraceRecord,
-    major_version,
-    trace_schema,
+    knows_every_value,
+    refusal,
+    version_tuple,
 )
 from llmreplay.trace_meta_json import parse_meta
 
@@ -83,34 +82,31 @@ def _open(path: Path, pre_buffer: bool = True) -> tuple[pq.ParquetFile, TraceMet
         raise BadInput(f"{path}: not an llmreplay trace (no '{METADATA_KEY.decode()}' metadata key)")
     try:
         meta = parse_meta(raw)
-        major = major_version(meta.format_version)
+        version_tuple(meta.format_version)
     except (ValueError, TypeError) as exc:
         raise BadInput(f"{path}: unreadable llmreplay metadata ({_first_line(exc)})") from None
-    if major not in READABLE_MAJOR_VERSIONS:
-        readable = ", ".join(f"{v}.x" for v in READABLE_MAJOR_VERSIONS)
-        raise BadInput(
-            f"{path}: trace format version {meta.format_version} is not supported "
-            f"(this llmreplay reads {readable}); upgrade llmreplay"
-        )
+    why = refusal(meta.format_version)
+    if why is not None:
+        raise BadInput(f"{path}: {why}")
     _check_schema(path, handle.schema_arrow)
     return handle, meta
 
 
 def _check_schema(path: Path, schema: pa.Schema) -> None:
     names = set(schema.names)
-    for name, expected, _ in SHAPE_COLUMNS:
+    for expected in trace_schema(False):
+        name = expected.name
         if name not in names and name in ADDED_COLUMNS:
             continue  # written before the minor version that added it: read as nulls
         if name not in names:
             raise BadInput(f"{path}: column '{name}' is missing")
-        _check_type(path, name, schema.field(name).type, expected)
+        _check_type(path, name, schema.field(name).type, expected.type)
     present = [name for name in CONTENT_COLUMN_NAMES if name in names]
     if present and len(present) != len(CONTENT_COLUMN_NAMES):
         missing = sorted(set(CONTENT_COLUMN_NAMES) - set(present))
         raise BadInput(f"{path}: content column '{missing[0]}' is missing (content columns come as a group)")
-    for name, expected, _ in CONTENT_COLUMNS:
-        if name in names:
-            _check_type(path, name, schema.field(name).type, expected)
+    for name in present:
+        _check_type(path, name, schema.field(name).type, trace_schema(True).field(name).type)
 
 
 def _check_type(path: Path, name: str, actual: pa.DataType, expected: pa.DataType) -> None:
@@ -159,13 +155,15 @@ def _conform(path: Path, table: pa.Table, with_content: bool) -> pa.Table:
         raise BadInput(f"{path}: values do not fit the trace schema ({_first_line(exc)})") from None
 
 
-def _validate_rows(path: Path, table: pa.Table, row_offset: int, seen_ids: SeenRequestIds) -> None:
-    """Row checks that the schema cannot express: nulls, negative values, order, unique ids."""
-    for name, _, nullable in SHAPE_COLUMNS:
-        column = table.column(name)
-        if not nullable and column.null_count:
+def _validate_rows(
+    path: Path, table: pa.Table, row_offset: int, seen_ids: SeenRequestIds, meta: TraceMeta
+) -> None:
+    """Row checks that the schema cannot express: nulls, ranges, vocabularies, order, unique ids."""
+    for expected in trace_schema(False):
+        column = table.column(expected.name)
+        if not expected.nullable and column.null_count:
             row = _first_index(pc.is_null(column))
-            raise BadInput(f"{path}: column '{name}' row {row_offset + row}: missing value")
+            raise BadInput(f"{path}: column '{expected.name}' row {row_offset + row}: missing value")
     for name in NON_NEGATIVE_COLUMNS:
         column = table.column(name)
         negative = pc.fill_null(pc.less(column, 0), False)
@@ -187,15 +185,8 @@ def _validate_rows(path: Path, table: pa.Table, row_offset: int, seen_ids: SeenR
                 f"{path}: column '{name}' row {row_offset + row}: value {column[row].as_py()} out of range "
                 f"({_range_text(name, bound)})"
             )
-    for name, allowed in ENUM_COLUMNS.items():
-        column = table.column(name)
-        unknown = pc.and_(pc.is_valid(column), pc.invert(pc.is_in(column, value_set=pa.array(allowed))))
-        if pc.any(unknown).as_py():
-            row = _first_index(unknown)
-            value = column[row].as_py()
-            raise BadInput(
-                f"{path}: column '{name}' row {row_offset + row}: unknown value {value!r} (one of {', '.join(allowed)})"
-            )
+    if knows_every_value(meta.format_version):  # a newer minor may add values: kept as they are
+        _check_vocabularies(path, table, row_offset)
     arrivals = table.column("arrival_time")
     if len(arrivals) > 1:
         backwards = pc.less(arrivals.slice(1), arrivals.slice(0, len(arrivals) - 1))
@@ -205,6 +196,18 @@ def _validate_rows(path: Path, table: pa.Table, row_offset: int, seen_ids: SeenR
                 f"{path}: column 'arrival_time' row {row_offset + row}: rows are not sorted by arrival"
             )
     seen_ids.check(path, table.column("request_id").to_pylist(), row_offset)
+
+
+def _check_vocabularies(path: Path, table: pa.Table, row_offset: int) -> None:
+    for name, allowed in ENUM_COLUMNS.items():
+        column = table.column(name)
+        unknown = pc.and_(pc.is_valid(column), pc.invert(pc.is_in(column, value_set=pa.array(allowed))))
+        if pc.any(unknown).as_py():
+            row = _first_index(unknown)
+            value = column[row].as_py()
+            raise BadInput(
+                f"{path}: column '{name}' row {row_offset + row}: unknown value {value!r} (one of {', '.join(allowed)})"
+            )
 
 
 def _check_list_bound(path: Path, name: str, column, bound: int, row_offset: int) -> None:
@@ -319,7 +322,7 @@ def read_trace(path: str | os.PathLike, columns: Iterable[str] | None = None) ->
         with _reading(file):
             data = handle.read()
         table = _conform(file, data, with_content=_has_content(handle.schema_arrow))
-        _validate_rows(file, table, 0, seen_ids)
+        _validate_rows(file, table, 0, seen_ids, file_meta)
         tables.append(table)
     with_content = all(_has_content(t.schema) for t in tables)
     if not with_content:
@@ -349,12 +352,12 @@ def iter_trace_batches(
         for file in files:
             # pre_buffer keeps every compressed column chunk read until the file is closed: the whole
             # file, for a streaming reader (measured: RSS grew by the file size over the run).
-            handle, _ = _open(file, pre_buffer=False)
+            handle, file_meta = _open(file, pre_buffer=False)
             with_content = _has_content(handle.schema_arrow)
             offset = 0
             for batch in _read_batches(file, handle, batch_size):
                 table = _conform(file, pa.Table.from_batches([batch]), with_content)
-                _validate_rows(file, table, offset, seen_ids)
+                _validate_rows(file, table, offset, seen_ids, file_meta)
                 offset += table.num_rows
                 if columns is not None:
                     table = table.select(list(columns))
@@ -394,14 +397,6 @@ def _merge_meta(current: TraceMeta | None, new: TraceMeta, file: Path) -> TraceM
             f"{file}: block size {new.block_size} differs from {current.block_size} in other files of the trace"
         )
     return current
-
-
-def records_to_table(records: Iterable[TraceRecord], with_content: bool) -> pa.Table:
-    schema = trace_schema(with_content)
-    rows = [r.to_row() for r in records]
-    if not with_content:
-        rows = [{k: v for k, v in row.items() if not k.startswith("content_")} for row in rows]
-    return pa.Table.from_pylist(rows, schema=schema)
 
 
 def write_trace(path: str | os.PathLike, data: pa.Table | Iterable[TraceRecord], meta: TraceMeta) -> Path:

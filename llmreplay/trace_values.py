@@ -1,8 +1,7 @@
-"""The values each trace column accepts, derived from the schema: a row is checked before it is written.
+"""The values each trace column accepts, derived from llmreplay.trace_format: a row is checked before it is written.
 
-A writer that only emits rows passed through `bounded_row` never writes a value that Arrow cannot
-convert or that the trace readers refuse (negative counts, out-of-range integers, unknown enums).
-Pure; it imports nothing but the trace format.
+A row passed through `bounded_row` holds no value Arrow cannot convert or a reader refuses. Pure
+Python: it imports nothing but the trace format (no pyarrow).
 """
 
 from __future__ import annotations
@@ -11,18 +10,24 @@ import math
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-import pyarrow as pa
-
 from llmreplay.trace_format import (
-    CONTENT_COLUMNS,
+    BOOL,
+    COLUMNS,
     ENUM_COLUMNS,
+    FLOAT32,
+    INT16,
+    INT32,
+    INT64,
     MAX_ARRIVAL_US,
     NON_NEGATIVE_COLUMNS,
-    SHAPE_COLUMNS,
+    STRING,
+    TIMESTAMP,
     UPPER_BOUNDS,
+    item_type,
 )
 
 FLOAT32_MAX = 3.4028234663852886e38
+INT_BITS = {INT16: 16, INT32: 32, INT64: 64}
 INVALID_FIELDS = "invalid_fields"
 
 Check = Callable[[object], bool]
@@ -33,9 +38,9 @@ class UnwritableRow(ValueError):
     """A required column holds a value no reader accepts; the row cannot be written at all."""
 
 
-def int_range(name: str, dtype: pa.DataType) -> tuple[int, int]:
-    """The inclusive range a column's integers may take: its Arrow width, and >= 0 where the format says so."""
-    bits = dtype.bit_width
+def int_range(name: str, dtype: str) -> tuple[int, int]:
+    """The inclusive range a column's integers may take: its width, and >= 0 where the format says so."""
+    bits = INT_BITS[dtype]
     low = 0 if name in NON_NEGATIVE_COLUMNS else -(1 << (bits - 1))
     return low, min((1 << (bits - 1)) - 1, UPPER_BOUNDS.get(name, 1 << 64))
 
@@ -81,13 +86,8 @@ def _int_check(low: int, high: int) -> Check:
     return lambda v: type(v) is int and low <= v <= high
 
 
-def _float_check(dtype: pa.DataType) -> Check:
-    limit = FLOAT32_MAX if dtype == pa.float32() else math.inf
-
-    def check(v) -> bool:
-        return type(v) in (int, float) and math.isfinite(v) and abs(v) <= limit
-
-    return check
+def _float32(v) -> bool:
+    return type(v) in (int, float) and math.isfinite(v) and abs(v) <= FLOAT32_MAX
 
 
 def _is_text(v) -> bool:
@@ -106,25 +106,25 @@ def _list_check(item: Check) -> Check:
     return lambda v: type(v) in (list, tuple) and all(x is not None and item(x) for x in v)
 
 
-def _value_check(name: str, dtype: pa.DataType) -> Check:
+def _value_check(name: str, dtype: str) -> Check:
     if name in ENUM_COLUMNS:
         allowed = frozenset(ENUM_COLUMNS[name])
         return lambda v: type(v) is str and v in allowed
-    if pa.types.is_boolean(dtype):
+    if dtype == BOOL:
         return lambda v: type(v) is bool
-    if pa.types.is_integer(dtype):
+    if dtype in INT_BITS:
         return _int_check(*int_range(name, dtype))
-    if pa.types.is_timestamp(dtype):
+    if dtype == TIMESTAMP:
         micros = _int_check(0, MAX_ARRIVAL_US)  # microseconds since the epoch, as TraceRecord holds them
         return lambda v: (
             micros(v) or (isinstance(v, datetime) and v.tzinfo is not None and micros(_micros(v)))
         )
-    if pa.types.is_floating(dtype):
-        return _float_check(dtype)
-    if pa.types.is_string(dtype):
+    if dtype == FLOAT32:
+        return _float32
+    if dtype == STRING:
         return _is_text
-    if pa.types.is_list(dtype):
-        return _list_check(_ITEM_CHECKS.get(name) or _value_check(name, dtype.value_type))
+    if item_type(dtype):
+        return _list_check(_ITEM_CHECKS.get(name) or _value_check(name, item_type(dtype)))
     raise TypeError(f"no value rule for column {name} of type {dtype}")  # a new column type needs one
 
 
@@ -142,6 +142,4 @@ _ITEM_CHECKS: dict[str, Check] = {
     "messages": _is_message,
     "chunk_offsets_ns": _int_check(0, UPPER_BOUNDS["chunk_offsets_ns"]),
 }
-_RULES: dict[str, tuple[Check, bool]] = {
-    name: (_value_check(name, dtype), nullable) for name, dtype, nullable in SHAPE_COLUMNS + CONTENT_COLUMNS
-}
+_RULES: dict[str, tuple[Check, bool]] = {c.name: (_value_check(c.name, c.type), c.nullable) for c in COLUMNS}

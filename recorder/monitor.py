@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import numpy as np
-
 SAMPLE_INTERVAL_S = 0.02
 
 
@@ -30,10 +28,17 @@ class LagMonitor:
         lags, self._lags_ns = self._lags_ns, []
         if not lags:
             return {"p50": None, "p99": None, "max": None}
-        values = np.asarray(lags, dtype=float) / 1e6
-        p50, p99 = np.percentile(values, [50, 99])
+        values = sorted(lag / 1e6 for lag in lags)
         return {
-            "p50": round(float(p50), 3),
-            "p99": round(float(p99), 3),
-            "max": round(float(values.max()), 3),
+            "p50": round(percentile(values, 50), 3),
+            "p99": round(percentile(values, 99), 3),
+            "max": round(values[-1], 3),
         }
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """numpy's default (linear) percentile of sorted values, without numpy: the proxy must not load it."""
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)

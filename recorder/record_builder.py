@@ -67,7 +67,7 @@ class RecordBuilder:
         last_byte = cap.last_byte_ns
         record = TraceRecord(
             request_id=cap.request_id,
-            arrival_time_us=cap.arrival_unix_ns // 1000,
+            arrival_time=cap.arrival_unix_ns // 1000,
             endpoint=cap.endpoint,
             prompt_tokens=tokens.prompt,
             token_source=tokens.source,
@@ -75,8 +75,6 @@ class RecordBuilder:
             turn_index=link.turn_index if link else 0,
             parent_request_id=link.parent_request_id if link else None,
             think_time_ns=link.think_time_ns if link else None,
-            model=request.model,
-            stream=request.stream,
             user_id=keyed_hash(settings.key, request.user, "u") if request.user else None,
             api_key_hash=cap.api_key_hash,
             http_status=cap.status,
@@ -84,17 +82,8 @@ class RecordBuilder:
             retry_after_ms=_retry_after_ms(cap.retry_after) if cap.status == 429 else None,
             completion_tokens=tokens.completion,
             cached_tokens=response.cached_tokens if response else None,
-            max_tokens=request.max_tokens,
-            temperature=request.temperature,
-            top_p=request.top_p,
-            n=request.n,
-            stop_present=request.stop_present,
-            seed=request.seed,
-            tools_count=request.tools_count,
             tool_definition_tokens=tokens.tools,
-            tool_choice=request.tool_choice,
             tool_calls_count=len(response.tool_calls) if response else 0,
-            structured_output=request.structured_output,
             schema_tokens=tokens.schema,
             messages=tokens.messages,
             prefix_block_hashes=tuple(
@@ -105,7 +94,8 @@ class RecordBuilder:
             e2e_ns=last_byte - cap.arrival_ns if last_byte and cap.status is not None else None,
             chunk_offsets_ns=offsets,
             finish_reason=response.finish_reason if response else None,
-            **(_content_columns(request, response) if settings.content else {}),
+            **request.columns,
+            **(_response_content(response) if settings.content else {}),
         )
         return record, problems
 
@@ -299,12 +289,8 @@ def _retry_after_ms(value: str | None) -> int | None:
 _OUT_OF_RANGE = 1 << 64  # fits no column: the row check turns it into null + invalid_fields
 
 
-def _content_columns(request: RequestShape, response: ResponseShape | None) -> dict:
+def _response_content(response: ResponseShape | None) -> dict:
     return {
-        "content_messages": request.content_messages,
-        "content_prompt": request.content_prompt,
-        "content_tools": request.content_tools,
-        "content_response_format": request.content_response_format,
         "content_response": response.text if response else None,
         "content_tool_calls": orjson.dumps(list(response.tool_calls)).decode()
         if response and response.tool_calls

@@ -1,16 +1,17 @@
-"""Request JSON -> the fields a trace row needs: model, sampling, tools, schema, message texts.
+"""Request JSON -> the trace columns a request body determines, and the texts left to tokenize.
 
-Pure (no tokenizing here: that happens in the converter process). Raises ValueError for a body that
-is not a JSON object, so the caller can count it and still record the request.
+Pure (tokenizing happens in the converter process). ValueError for a body that is not a JSON object.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
 from llmreplay.openai_wire.message_text import content_text, message_text
+from llmreplay.trace_format import TOOL_CHOICES
+
 
 @dataclass(frozen=True, slots=True)
 class ChatMessage:
@@ -22,28 +23,16 @@ class ChatMessage:
 
 @dataclass(frozen=True, slots=True)
 class RequestShape:
-    model: str | None = None
-    stream: bool = False
-    user: str | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    n: int | None = None
-    stop_present: bool = False
-    seed: int | None = None
+    """`columns`: trace columns by name (of REQUEST_COLUMNS; absent ones keep TraceRecord's defaults)."""
+
+    columns: dict[str, object] = field(default_factory=dict)
+    user: str | None = None  # hashed into user_id; a session key with --session-from-user
     include_usage: bool = False
-    tools_count: int = 0
     tools_json: str | None = None  # tool definitions as JSON text (tokenized for tool_definition_tokens)
-    tool_choice: str | None = None
-    structured_output: str = "none"
     schema_json: str | None = None
     messages: tuple[ChatMessage, ...] | None = None  # chat-style requests
     prompt_text: str | None = None  # completions / embeddings
     prompt_token_ids: tuple[int, ...] | None = None  # a completions prompt sent as token ids
-    content_messages: str | None = None
-    content_prompt: str | None = None
-    content_tools: str | None = None
-    content_response_format: str | None = None
 
 
 def parse_request(endpoint: str, body: bytes, with_content: bool = True) -> RequestShape:
@@ -56,10 +45,9 @@ def parse_request(endpoint: str, body: bytes, with_content: bool = True) -> Requ
         raise ValueError(f"request body is a JSON {type(data).__name__}, not an object")
     tools = data.get("tools") if isinstance(data.get("tools"), list) else None
     structured, schema = _structured_output(data)
-    shape = dict(
+    columns = dict(
         model=_str(data.get("model")),
         stream=data.get("stream") is True,
-        user=_str(data.get("user")),
         max_tokens=_int(
             data.get("max_completion_tokens", data.get("max_tokens", data.get("max_output_tokens")))
         ),
@@ -68,38 +56,36 @@ def parse_request(endpoint: str, body: bytes, with_content: bool = True) -> Requ
         n=_int(data.get("n")),
         stop_present=bool(data.get("stop")),
         seed=_int(data.get("seed")),
-        include_usage=_include_usage(data),
         tools_count=len(tools or ()),
-        tools_json=_json(tools) if tools else None,
         tool_choice=_tool_choice(data.get("tool_choice")),
         structured_output=structured,
+    )
+    shape = dict(
+        user=_str(data.get("user")),
+        include_usage=_include_usage(data),
+        tools_json=_json(tools) if tools else None,
         schema_json=schema,
-        content_tools=_json(tools) if tools and with_content else None,
-        content_response_format=_json(data["response_format"])
-        if "response_format" in data and with_content
-        else None,
     )
     if endpoint == "chat_completions":
         raw = data.get("messages")
         messages = raw if isinstance(raw, list) else []
-        shape.update(
-            messages=tuple(_chat_message(m) for m in messages),
-            content_messages=_json(messages) if with_content else None,
-        )
+        shape.update(messages=tuple(_chat_message(m) for m in messages))
+        sent = ("content_messages", messages)
     elif endpoint == "responses":
-        shape.update(
-            messages=_responses_input(data),
-            content_messages=_json(data.get("input")) if with_content else None,
-        )
+        shape.update(messages=_responses_input(data))
+        sent = ("content_messages", data.get("input"))
     else:
         prompt = data.get("prompt" if endpoint == "completions" else "input")
         ids = _token_ids(prompt)
-        shape.update(
-            prompt_text=None if ids is not None else _prompt_text(prompt),
-            prompt_token_ids=ids,
-            content_prompt=_json(prompt) if with_content else None,
+        shape.update(prompt_text=None if ids is not None else _prompt_text(prompt), prompt_token_ids=ids)
+        sent = ("content_prompt", prompt)
+    if with_content:
+        columns[sent[0]] = _json(sent[1])
+        columns["content_tools"] = _json(tools) if tools else None
+        columns["content_response_format"] = (
+            _json(data["response_format"]) if "response_format" in data else None
         )
-    return RequestShape(**shape)
+    return RequestShape(columns=columns, **shape)
 
 
 def _chat_message(message) -> ChatMessage:
@@ -148,7 +134,7 @@ def _structured_output(data: dict) -> tuple[str, str | None]:
 def _tool_choice(value) -> str | None:
     if isinstance(value, dict):
         return "function"
-    return value if value in ("auto", "none", "required") else None
+    return value if isinstance(value, str) and value in TOOL_CHOICES else None
 
 
 def _include_usage(data: dict) -> bool:

@@ -17,7 +17,8 @@ from pathlib import Path
 import orjson
 import pyarrow as pa
 
-from llmreplay.trace_format import TraceMeta, trace_schema
+from llmreplay.trace_arrow import trace_schema
+from llmreplay.trace_format import TraceMeta
 from llmreplay.trace_io import TraceWriter
 from llmreplay.trace_values import UnwritableRow, bounded_row
 from recorder.spool import SPOOL_DIR, SpoolSegment, leftover_segments, read_segment

@@ -190,7 +190,7 @@ class SampleWriter:
         request_id = f"chatcmpl-sample-{session.number:03d}-{turn:02d}"
         record = TraceRecord(
             request_id=request_id,
-            arrival_time_us=arrival_us,
+            arrival_time=arrival_us,
             endpoint="chat_completions",
             prompt_tokens=prompt_tokens,
             token_source="tokenizer",
@@ -329,7 +329,7 @@ def make_sample(sessions: int, seed: int) -> list[TraceRecord]:
     for number in range(sessions):
         start_us += int(rng.expovariate(1 / 12.0) * 1e6)  # a new conversation every ~12 s
         records.extend(writer.session_records(number, start_us))
-    return sorted(records, key=lambda r: r.arrival_time_us)
+    return sorted(records, key=lambda r: r.arrival_time)
 
 
 def main() -> None:

@@ -201,7 +201,7 @@ def write_trace_file(path: Path, shape: Shape, ttft_ns: np.ndarray, tpot_ns: np.
         "finish_reason": ["length"] * n,
         "invalid_fields": [None] * n,
     }
-    from llmreplay.trace_format import trace_schema
+    from llmreplay.trace_arrow import trace_schema
 
     table = pa.table(rows, schema=trace_schema(False))
     return write_trace(path, table, TraceMeta(source="synthetic test trace", clock_domain="gateway"))

@@ -21,7 +21,7 @@ def content_record(i: int, at_ms: float, **kw) -> TraceRecord:
     """A streamed chat request with recorded content (no prompt synthesis needed)."""
     values = dict(
         request_id=f"r{i}",
-        arrival_time_us=T0_US + round(at_ms * 1000),
+        arrival_time=T0_US + round(at_ms * 1000),
         endpoint="chat_completions",
         prompt_tokens=8,
         token_source="server_usage",

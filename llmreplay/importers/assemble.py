@@ -85,7 +85,7 @@ def _link_sessions(requests: list[SourceRequest], source_name: str) -> tuple[lis
             if request.delay_ns is not None:
                 think_ns = request.delay_ns
             else:
-                think_ns = (request.arrival_us - parent.arrival_time_us) * 1000 - (parent.e2e_ns or 0)
+                think_ns = (request.arrival_us - parent.arrival_time) * 1000 - (parent.e2e_ns or 0)
                 if think_ns < 0:
                     clamped += 1
                     think_ns = 0
@@ -104,7 +104,7 @@ def _record(
         messages = (MessageShape("user", request.prompt_tokens),)
     return TraceRecord(
         request_id=request_id,
-        arrival_time_us=request.arrival_us,
+        arrival_time=request.arrival_us,
         endpoint=IMPORTED_ENDPOINT,
         prompt_tokens=request.prompt_tokens,
         token_source="imported",

@@ -17,26 +17,12 @@ import pyarrow.parquet as pq
 from llmreplay.durations import format_duration
 from llmreplay.errors import BadInput
 from llmreplay.run_format import RESULTS_FILE, RUN_FILE, check_run_format_version, conform_results
+from llmreplay.trace_format import COMPARED_COLUMNS, LATENCY_COLUMNS
 
 TRACE = "trace"
 RUN = "run"
 
-# The trace columns compare reads; the run carries the same names (llmreplay.run_format).
-TRACE_COLUMNS = (
-    "request_id",
-    "arrival_time",
-    "model",
-    "stream",
-    "tools_count",
-    "http_status",
-    "error_kind",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "ttft_ns",
-    "e2e_ns",
-    "chunk_offsets_ns",
-)
+TRACE_COLUMNS = COMPARED_COLUMNS  # the run carries the same names (llmreplay.run_format)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +124,7 @@ def shift_latencies(side: Side, offset_ns: int) -> Side:
     if offset_ns == 0:
         return side
     table = side.table
-    for name in ("ttft_ns", "ttfb_ns", "e2e_ns"):
+    for name in LATENCY_COLUMNS:
         if name in table.column_names:
             smallest = pc.min(table.column(name)).as_py()
             if smallest is not None and smallest - offset_ns < 0:

@@ -18,24 +18,14 @@ import pyarrow.compute as pc
 
 from llmreplay.durations import format_duration
 from llmreplay.errors import BadInput
+from llmreplay.trace_format import SCHEDULE_COLUMNS
 from replayer.config import ScheduleConfig
 from replayer.plan.arrays import NONE, PLAN_COLUMNS, PlanArrays, int64_array
 
 CANCEL_KIND = "client_disconnected"
 MAX_PLANNED_REQUESTS = 100_000_000  # ~50 bytes a plan while planning, more while building bodies
 MAX_OFFSET_NS = 1 << 62  # due offsets and think times after --speed stay far inside int64
-# Trace columns a schedule is planned from (TraceRecord names, `arrival_time` for arrival_time_us).
-INPUT_COLUMNS = (
-    "request_id",
-    "session_id",
-    "arrival_time",
-    "turn_index",
-    "think_time_ns",
-    "stream",
-    "error_kind",
-    "completion_tokens",
-    "e2e_ns",
-)
+INPUT_COLUMNS = SCHEDULE_COLUMNS
 
 
 @dataclass(frozen=True, slots=True)

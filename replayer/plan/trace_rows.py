@@ -17,30 +17,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llmreplay.trace_format import CONTENT_COLUMN_NAMES, TraceMeta, TraceRecord, trace_schema
+from llmreplay.trace_arrow import trace_schema
+from llmreplay.trace_format import CONTENT_COLUMN_NAMES, PLANNING_COLUMNS, TraceMeta, TraceRecord
 from llmreplay.trace_io import iter_trace_batches, trace_files
 
 BATCH_ROWS = 4096  # a batch of a content trace is a few MB while it is read
-# What planning, checks and result rows read (arrival_time kept as int64 microseconds).
-COLUMNS = (
-    "request_id",
-    "arrival_time",
-    "endpoint",
-    "model",
-    "session_id",
-    "turn_index",
-    "parent_request_id",
-    "think_time_ns",
-    "stream",
-    "error_kind",
-    "prompt_tokens",
-    "completion_tokens",
-    "max_tokens",
-    "e2e_ns",
-    "tools_count",
-    "tool_choice",
-    "structured_output",
-)
+COLUMNS = PLANNING_COLUMNS  # arrival_time kept as int64 microseconds
 
 
 @dataclass(frozen=True, slots=True)

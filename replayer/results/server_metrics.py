@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from llmreplay.engines import PrometheusNames
-from llmreplay.trace_format import TIMESTAMP_TYPE
+from llmreplay.trace_arrow import TIMESTAMP_TYPE
 from replayer.results.merge import write_parquet_atomic
 
 SERVER_METRICS_SCHEMA = pa.schema(

@@ -59,7 +59,7 @@ def make_record(
     schema = (response_format or {}).get("json_schema", {}).get("schema")
     return TraceRecord(
         request_id=f"req-{index}",
-        arrival_time_us=BASE_US + index * 1000,
+        arrival_time=BASE_US + index * 1000,
         endpoint="chat_completions" if prompt is None else "completions",
         prompt_tokens=len(ids),
         token_source="tokenizer",

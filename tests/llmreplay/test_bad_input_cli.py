@@ -214,8 +214,8 @@ def test_a_message_of_two_billion_tokens_is_refused_before_building(tmp_path):
 
 def test_a_56_year_arrival_gap_is_refused_not_waited_for(tmp_path):
     path = tmp_path / "t.parquet"
-    later = record(0).arrival_time_us + 56 * 365 * 86_400 * 10**6
-    write_trace(path, [record(0), record(1, arrival_time_us=later)], TraceMeta(source="t"))
+    later = record(0).arrival_time + 56 * 365 * 86_400 * 10**6
+    write_trace(path, [record(0), record(1, arrival_time=later)], TraceMeta(source="t"))
     refused("replay", str(path), "--target", NO_SERVER, "-o", str(tmp_path / "run"), "--model", "m",
             expected=("spans 56 years", "--max-idle-gap"))  # fmt: skip
 

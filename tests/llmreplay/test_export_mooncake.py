@@ -26,7 +26,7 @@ def run(*args: str):
 def record(n: int, tokens: list[int], block_size: int, **fields) -> TraceRecord:
     values = dict(
         request_id=f"r{n}",
-        arrival_time_us=T0_US + n * 250_000,
+        arrival_time=T0_US + n * 250_000,
         endpoint="chat_completions",
         prompt_tokens=len(tokens),
         token_source="tokenizer",
@@ -80,7 +80,7 @@ def test_keyed_hashes_become_dense_ids_in_order_of_first_appearance(tmp_path):
 
 
 def test_relative_trace_counts_from_its_first_request(tmp_path):
-    records = [record(n, [7] * 10, 512, arrival_time_us=3_000_000 + n * 1_000) for n in range(3)]
+    records = [record(n, [7] * 10, 512, arrival_time=3_000_000 + n * 1_000) for n in range(3)]
     out = tmp_path / "out.jsonl"
     assert export(write(tmp_path, records, relative_time=True), out).exit_code == 0
     assert [r["timestamp"] for r in read_jsonl(out)] == [0, 1, 2]  # from 0, whatever the source clock

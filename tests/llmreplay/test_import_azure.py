@@ -75,7 +75,7 @@ def test_2024_form_file_imports_as_absolute_utc(tmp_path):
     )
     assert run("import", "azure", str(source), "-o", str(tmp_path / "t.parquet")).exit_code == 0
     trace = read_trace(tmp_path / "t.parquet")
-    assert [r.arrival_time_us for r in trace.records()] == [1_715_299_200_009_930, 1_715_299_200_041_302]
+    assert [r.arrival_time for r in trace.records()] == [1_715_299_200_009_930, 1_715_299_200_041_302]
     assert "time_zone_assumed" not in trace.meta.extra
 
 

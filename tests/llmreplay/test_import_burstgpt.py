@@ -110,7 +110,7 @@ def test_columns_are_read_by_name_not_position(tmp_path):
         "GPT-4",
         4_000_000_000,
     )
-    assert (second.arrival_time_us, second.turn_index, second.think_time_ns) == (20_500_000, 1, 6_500_000_000)
+    assert (second.arrival_time, second.turn_index, second.think_time_ns) == (20_500_000, 1, 6_500_000_000)
 
 
 @pytest.mark.parametrize(

@@ -8,12 +8,22 @@ import re
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from llmreplay.errors import BadInput
 from llmreplay.importers.pipeline import ImportConfig, import_trace_file
 from llmreplay.openai_wire.message_text import message_text
-from llmreplay.trace_format import FORMAT_VERSION, major_version
-from llmreplay.trace_io import read_trace, records_to_table
+from llmreplay.trace_format import (
+    ADDED_COLUMNS,
+    FORMAT_VERSION,
+    METADATA_KEY,
+    TraceMeta,
+    major_version,
+    version_tuple,
+)
+from llmreplay.trace_io import iter_trace_batches, read_trace, records_to_table
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "samples"
@@ -30,9 +40,8 @@ _V1_ROWS = {
     "first_hashes": (4843769503048814885, 1532313346648500582),
     "prompt_tokens_head": [562, 646, 607, 558, 640, 710],
 }
-GOLDEN_EXPECTED = {
-    # invalid_fields came with 1.1: a 1.0 file reads it as nulls
-    "trace-v1.0.parquet": {**_V1_ROWS, "all_null_columns": {"cached_tokens", "content_prompt", "invalid_fields"}},
+GOLDEN_EXPECTED = {  # columns added after a file's version read as nulls, besides these
+    "trace-v1.0.parquet": {**_V1_ROWS, "all_null_columns": {"cached_tokens", "content_prompt"}},
     "trace-v1.1.parquet": {
         **_V1_ROWS,
         "all_null_columns": {"cached_tokens", "content_prompt"},
@@ -65,15 +74,70 @@ def test_golden_file_reads_back_exactly(path):
     assert table.num_rows == expected["rows"]
     first = next(trace.records())
     assert first.request_id == expected["first_request_id"]
-    assert first.arrival_time_us == expected["first_arrival_us"]
+    assert first.arrival_time == expected["first_arrival_us"]
     assert first.prefix_block_hashes == expected["first_hashes"]
     assert table.column("prompt_tokens").to_pylist()[:6] == expected["prompt_tokens_head"]
     all_null = {name for name in table.column_names if table.column(name).null_count == table.num_rows}
-    assert all_null == expected["all_null_columns"]  # every other column is exercised
+    added_later = {
+        name for name, since in ADDED_COLUMNS.items() if version_tuple(since) > version_tuple(version)
+    }
+    assert all_null == expected["all_null_columns"] | added_later  # every other column is exercised
     flagged = {r["request_id"]: r["invalid_fields"] for r in table.to_pylist() if r["invalid_fields"]}
     assert flagged == expected.get("invalid_fields", {})
     rebuilt = records_to_table(trace.records(), with_content=True)
     assert rebuilt.to_pylist() == table.to_pylist()  # typed records lose nothing
+
+
+def rewrite_golden(path, version: str, tmp_path, endpoint: str = "chat_completions"):
+    """The golden file at `path` relabelled `version`, with row 0's endpoint and an extra column as a newer
+    writer might have them."""
+    raw = pq.read_table(path)
+    meta = TraceMeta.from_json(raw.schema.metadata[METADATA_KEY]).replace(format_version=version)
+    endpoints = raw.column("endpoint").to_pylist()
+    table = raw.set_column(
+        raw.schema.get_field_index("endpoint"), "endpoint", pa.array([endpoint, *endpoints[1:]])
+    )
+    table = table.append_column("future_ns", pa.array(range(table.num_rows), pa.int64()))
+    out = tmp_path / f"trace-v{version}.parquet"
+    pq.write_table(table.replace_schema_metadata({METADATA_KEY: meta.to_json()}), out)
+    return out
+
+
+def newer_minor() -> str:
+    major, minor = version_tuple(FORMAT_VERSION)
+    return f"{major}.{minor + 1}"
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=[p.name for p in GOLDEN])
+def test_a_newer_minor_reads_with_its_new_values_kept_and_new_columns_ignored(path, tmp_path):
+    """docs/trace-format.md#versions: this reader meets a file of the next minor version."""
+    newer = rewrite_golden(path, newer_minor(), tmp_path, endpoint="audio_speech")
+    trace = read_trace(newer)
+    assert trace.table.column("endpoint")[0].as_py() == "audio_speech"
+    assert "future_ns" not in trace.table.column_names
+    assert trace.table.drop_columns(["endpoint"]).equals(read_trace(path).table.drop_columns(["endpoint"]))
+    _, batches = iter_trace_batches(newer)
+    assert pa.Table.from_batches(list(batches)).column("endpoint")[0].as_py() == "audio_speech"
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=[p.name for p in GOLDEN])
+def test_an_unknown_value_in_a_file_of_a_known_version_is_refused(path, tmp_path):
+    version = re.fullmatch(r"trace-v(.+)\.parquet", path.name).group(1)
+    with pytest.raises(BadInput, match=r"column 'endpoint' row 0: unknown value 'audio_speech'"):
+        read_trace(rewrite_golden(path, version, tmp_path, endpoint="audio_speech"))
+    assert (
+        read_trace(rewrite_golden(path, version, tmp_path)).table.num_rows
+        == GOLDEN_EXPECTED[path.name]["rows"]
+    )
+
+
+def test_a_newer_major_is_refused_in_one_line(tmp_path):
+    newer = rewrite_golden(GOLDEN[-1], "2.0", tmp_path)
+    with pytest.raises(BadInput) as refused:
+        read_trace(newer)
+    assert str(refused.value) == (
+        f"{newer}: trace format version 2.0 is not supported (this llmreplay reads 1.x); upgrade llmreplay"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +186,7 @@ def test_content_sample_sessions_and_timings_are_consistent(content_sample):
             assert (
                 record.parent_request_id == parent.request_id and record.turn_index == parent.turn_index + 1
             )
-            gap_ns = (record.arrival_time_us - parent.arrival_time_us) * 1000 - parent.e2e_ns
+            gap_ns = (record.arrival_time - parent.arrival_time) * 1000 - parent.e2e_ns
             assert abs(gap_ns - record.think_time_ns) < 1000
         if record.stream and record.error_kind is None:
             offsets = record.chunk_offsets_ns

@@ -184,7 +184,7 @@ def test_any_readable_trace_is_planned_or_refused_in_one_line(
     from replayer.plan.trace_rows import read_trace_rows
 
     records = [
-        record(i, arrival_time_us=at, session_id="s", turn_index=i, think_time_ns=think_ns[i] if i else None,
+        record(i, arrival_time=at, session_id="s", turn_index=i, think_time_ns=think_ns[i] if i else None,
                prompt_tokens=prompt_tokens[i])
         for i, at in enumerate(sorted(arrivals_us))
     ]  # fmt: skip

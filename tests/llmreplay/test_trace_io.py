@@ -11,7 +11,8 @@ import pytest
 from live_processes import llmreplay_cmd
 
 from llmreplay.errors import BadInput
-from llmreplay.trace_format import METADATA_KEY, MessageShape, TraceMeta, TraceRecord, trace_schema
+from llmreplay.trace_arrow import trace_schema
+from llmreplay.trace_format import METADATA_KEY, MessageShape, TraceMeta, TraceRecord
 from llmreplay.trace_io import (
     SeenRequestIds,
     TraceWriter,
@@ -27,7 +28,7 @@ T0 = 1_700_000_000_000_000
 def record(i: int, **changes) -> TraceRecord:
     values = dict(
         request_id=f"r{i}",
-        arrival_time_us=T0 + i * 1000,
+        arrival_time=T0 + i * 1000,
         endpoint="chat_completions",
         prompt_tokens=10 + i,
         token_source="tokenizer",

@@ -183,7 +183,7 @@ def finished_row() -> dict:
     from llmreplay.trace_format import TraceRecord
 
     return TraceRecord(
-        request_id="r", arrival_time_us=1, endpoint="chat_completions", prompt_tokens=3, token_source="tokenizer"
+        request_id="r", arrival_time=1, endpoint="chat_completions", prompt_tokens=3, token_source="tokenizer"
     ).to_row()
 
 

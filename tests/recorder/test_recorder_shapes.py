@@ -7,6 +7,7 @@ import pytest
 
 from llmreplay.openai_wire.endpoints import endpoint_for_path
 from llmreplay.openai_wire.response import summarize_json, summarize_stream
+from llmreplay.trace_format import REQUEST_COLUMNS
 from recorder.capture import Capture
 from recorder.record_builder import classify_error
 from recorder.request_shape import ChatMessage, RequestShape, parse_request
@@ -51,9 +52,11 @@ def test_chat_request_shape():
             ],
         ),
     )
-    assert (shape.model, shape.stream, shape.include_usage, shape.max_tokens) == ("m", True, True, 64)
-    assert (shape.temperature, shape.top_p, shape.n, shape.stop_present, shape.seed) == (0.5, 1.0, 2, True, 7)
-    assert (shape.tools_count, shape.tool_choice, shape.structured_output) == (1, "function", "json_schema")
+    columns = shape.columns
+    assert set(columns) <= set(REQUEST_COLUMNS) and shape.include_usage
+    assert [columns[name] for name in ("model", "stream", "max_tokens")] == ["m", True, 64]
+    assert [columns[name] for name in ("temperature", "top_p", "n", "stop_present", "seed")] == [0.5, 1.0, 2, True, 7]
+    assert [columns[name] for name in ("tools_count", "tool_choice", "structured_output")] == [1, "function", "json_schema"]
     assert shape.schema_json == '{"type":"object"}'
     assert shape.messages == (
         ChatMessage("system", "be brief"),

@@ -69,7 +69,13 @@ def test_a_capture_survives_the_frame_codec_split_anywhere():
 
 
 def row(request_id: str, arrival_us: int) -> dict:
-    return TraceRecord(request_id, arrival_us, "chat_completions", 1, "tokenizer").to_row()
+    return TraceRecord(
+        request_id=request_id,
+        arrival_time=arrival_us,
+        endpoint="chat_completions",
+        prompt_tokens=1,
+        token_source="tokenizer",
+    ).to_row()
 
 
 def make_filer(out, rotate_s=None) -> RowFiler:

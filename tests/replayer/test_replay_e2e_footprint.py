@@ -37,7 +37,7 @@ def shape_records(n: int) -> list[TraceRecord]:
         out.append(
             TraceRecord(
                 request_id=f"s{i}",
-                arrival_time_us=T0_US + i * 20_000,
+                arrival_time=T0_US + i * 20_000,
                 endpoint="chat_completions",
                 prompt_tokens=prompt,
                 completion_tokens=6,

@@ -22,7 +22,7 @@ def test_turns_respect_completion_plus_think_time(tmp_path, sim_with_truth):
                     completion_tokens=25,
                 )
             )
-    records.sort(key=lambda r: r.arrival_time_us)
+    records.sort(key=lambda r: r.arrival_time)
     trace = write_content_trace(tmp_path / "t.parquet", records)
     url, truth = sim_with_truth("--profile", "fast")
     out = tmp_path / "run"

@@ -27,7 +27,7 @@ def speller():
 def record(**kw) -> TraceRecord:
     base = dict(
         request_id="r1",
-        arrival_time_us=T0,
+        arrival_time=T0,
         endpoint="chat_completions",
         prompt_tokens=40,
         token_source="server_usage",

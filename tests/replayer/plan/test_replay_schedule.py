@@ -24,7 +24,7 @@ T0 = 1_700_000_000_000_000
 def rec(i: int, at_ms: int, session: str | None = None, turn: int = 0, **kw) -> TraceRecord:
     return TraceRecord(
         request_id=f"r{i}",
-        arrival_time_us=T0 + at_ms * 1000,
+        arrival_time=T0 + at_ms * 1000,
         endpoint="chat_completions",
         prompt_tokens=10,
         token_source="server_usage",

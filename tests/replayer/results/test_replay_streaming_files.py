@@ -160,7 +160,7 @@ def test_trace_rows_of_a_multi_file_trace_are_in_arrival_order_and_stream_back_b
     rows = read_trace_rows(tmp_path / "trace")
     assert rows.table.column("request_id").to_pylist() == ["r3", "r4", "r5", "r0", "r1", "r2"]
     assert rows.row.tolist() == [3, 4, 5, 0, 1, 2] and rows.meta.content and rows.has_content.all()
-    assert rows.table.column("arrival_time").to_pylist()[:3] == [r.arrival_time_us for r in early]
+    assert rows.table.column("arrival_time").to_pylist()[:3] == [r.arrival_time for r in early]
     streamed = list(stream_records(tmp_path / "trace", [1, 4]))
     assert [(row, rec.request_id) for row, rec in streamed] == [(1, "r1"), (4, "r4")]
     assert streamed[0][1].content_messages == late[1].content_messages
