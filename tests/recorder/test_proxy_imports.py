@@ -5,14 +5,10 @@ They belong to the converter process (spawned, so it does not share the proxy's 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from import_footprint import heavy_modules_loaded
 
 pytestmark = pytest.mark.e2e  # a fresh interpreter is the only clean sys.modules (about a second)
-ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("pyarrow", "numpy", "tokenizers", "tiktoken", "mistral_common")
 # What `llmreplay record` imports in the process that runs mitmproxy: the CLI, the embedded master
 # (with the mitmproxy addons it builds) and the recorder addon with everything it imports.
@@ -27,12 +23,5 @@ PROXY_MODULES = (
 
 
 def test_the_proxy_process_loads_no_heavy_module():
-    code = (
-        "import sys\n"
-        + "".join(f"import {module}\n" for module in PROXY_MODULES)
-        + f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=30, check=True
-    )
-    assert done.stdout.strip() == "", f"the mitmproxy process loads {done.stdout.strip()}"
+    loaded = heavy_modules_loaded(PROXY_MODULES, HEAVY)
+    assert loaded == [], f"the mitmproxy process loads {', '.join(loaded)}"
