@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmreplay.error_kinds import ERROR_KINDS
+from llmreplay.openai_wire.endpoints import ENDPOINT_NAMES
 
 # Version rule: MAJOR.MINOR. A minor version only adds nullable columns (`since` on the column) and
 # vocabulary values. A reader reads every file of a major it knows: a column the file lacks that a
@@ -24,7 +25,7 @@ READABLE_MAJOR_VERSIONS = (1,)
 METADATA_KEY = b"llmreplay"
 DEFAULT_BLOCK_SIZE = 512
 
-ENDPOINTS = ("chat_completions", "completions", "embeddings", "responses")
+ENDPOINTS = ENDPOINT_NAMES  # the endpoint table's rows: adding an endpoint adds the value
 TOKEN_SOURCES = ("server_usage", "tokenizer", "imported")
 STRUCTURED_OUTPUT_KINDS = ("none", "json_object", "json_schema")
 TOOL_CHOICES = ("auto", "none", "required", "function")  # "function": a named function was forced

@@ -26,7 +26,15 @@ from llmreplay.trace_format import (
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "trace-format.md"
-LIGHT_IMPORTS = {"__future__", "dataclasses", "datetime", "json", "typing", "llmreplay.error_kinds"}
+LIGHT_IMPORTS = {
+    "__future__",
+    "dataclasses",
+    "datetime",
+    "json",
+    "typing",
+    "llmreplay.error_kinds",
+    "llmreplay.openai_wire.endpoints",
+}
 
 
 def test_the_record_fields_are_the_schema_columns_one_to_one():
