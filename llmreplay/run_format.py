@@ -1,66 +1,245 @@
-"""The replay run format: `results.parquet` (one row per request) next to `run.json`.
+"""The run format: results.parquet (a ResultRow per request, its fields the columns) and run.json (a RunInfo).
 
-Columns shared with the trace keep the trace's names and meaning, so a run joins a trace on
-`request_id` and the same metric functions (llmreplay.metrics) apply to both. Replay timings are
-relative to the actual send time (client clock domain); trace timings to the gateway arrival.
-
-Versions: run.json's `run_format_version`. A minor version only adds nullable columns
-(ADDED_COLUMNS); readers fill them with nulls for older runs and refuse an unknown major version.
+Both carry RUN_FORMAT_VERSION; readers take every minor of a major they know (columns a later minor added
+read as nulls) and refuse another major. A column named like a trace column has its type and meaning.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import platform
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from llmreplay.errors import BadInput
-from llmreplay.trace_arrow import TIMESTAMP_TYPE, trace_schema
-from llmreplay.trace_format import MEASURED_COLUMNS, RUN_COPIED_COLUMNS
+from llmreplay.output_paths import write_atomic
+from llmreplay.trace_arrow import arrow_type
+from llmreplay.trace_format import COLUMNS as TRACE_COLUMNS
+from llmreplay.trace_format import INT16, INT32, INT64, STRING, TIMESTAMP, version_tuple
 
-RUN_FORMAT_VERSION = "1.1"  # 1.1 added error_detail
+# Version rule: MAJOR.MINOR. A minor only adds nullable columns (`since` on the column) and run.json keys.
+RUN_FORMAT_VERSION = "1.1"
 READABLE_MAJOR_VERSIONS = (1,)
+OLDEST_VERSION = "1.0"  # what a run that states no version is (written before the version was)
+METADATA_KEY = b"llmreplay.run"  # results.parquet's footer: JSON {"run_format_version": ...}
 RESULTS_FILE = "results.parquet"
 RUN_FILE = "run.json"
 SERVER_METRICS_FILE = "server_metrics.parquet"
 
-_FROM_TRACE = RUN_COPIED_COLUMNS  # the request as the trace describes it ...
-_MEASURED = MEASURED_COLUMNS  # ... and what the replay measures anew, with the same meaning
+# Who fills a column in: the merge copies TRACE and OUTCOME columns by name, and computes MERGE ones.
+TRACE = "trace"  # the request as the trace describes it: the trace row's value, unchanged
+OUTCOME = "outcome"  # measured by the client: the attribute of the same name of its Outcome (null if shed)
+MERGE = "merge"  # computed by the merge from the plan, the request as sent and the outcome
 
-_TRACE_TYPES = {f.name: (f.type, f.nullable) for f in trace_schema(False)}
+_REQUIRED = dataclasses.MISSING
 
-REPLAY_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
-    ("source_request_id", pa.string(), False),  # the trace row this request replays (copies share it)
-    ("copy_index", pa.int16(), False),  # 0 for the original, k for the k-th --scale copy
-    ("worker", pa.int16(), False),
-    ("scheduled_offset_ns", pa.int64(), False),  # due time, from the run's start (monotonic clock)
-    ("sent_offset_ns", pa.int64(), True),  # actual send time, from the run's start; null when not sent
-    ("dispatch_lag_ns", pa.int64(), True),  # sent - scheduled, excluding session_wait_ns
-    ("session_wait_ns", pa.int64(), False),  # how much later than scheduled the previous turn made it
-    ("sent_time", TIMESTAMP_TYPE, True),  # wall-clock anchor of the send, for aligning with other systems
-    ("recorded_prompt_tokens", pa.int32(), True),
-    ("recorded_completion_tokens", pa.int32(), True),
-    ("requested_completion_tokens", pa.int32(), True),  # max_tokens actually sent
+
+def column(type_: str | None = None, default: Any = _REQUIRED, *, made_by: str = MERGE, since: str = "1.0"):
+    """A ResultRow field that is a column, nullable exactly when its default is None; no `type_`: the
+    trace's column of the same name (same type, same meaning)."""
+    spec = {"type": type_, "made_by": made_by, "since": since}
+    return field(default=default, metadata={"column": spec})
+
+
+@dataclass(slots=True, kw_only=True)
+class ResultRow:
+    """One replayed request; its fields are results.parquet's columns, in file order."""
+
+    request_id: str = column()  # the trace's, with a copy suffix for a --scale copy
+    session_id: str | None = column(None, None)  # likewise
+    turn_index: int = column(made_by=TRACE)
+    parent_request_id: str | None = column(None, None, made_by=TRACE)
+    arrival_time: int = column(made_by=TRACE)  # the trace's arrival, microseconds since the Unix epoch
+    endpoint: str = column(made_by=TRACE)
+    model: str | None = column(None, None)  # as sent: --model, or the trace's
+    stream: bool = column(made_by=TRACE)
+    tools_count: int = column(made_by=TRACE)
+    tool_choice: str | None = column(None, None, made_by=TRACE)
+    structured_output: str = column(made_by=TRACE)
+    max_tokens: int | None = column(None, None, made_by=TRACE)
+    # Measured anew by the replay, with the trace's meaning; offsets from the actual send time.
+    http_status: int | None = column(None, None, made_by=OUTCOME)
+    error_kind: str | None = column(None, None, made_by=OUTCOME)  # or shed_by_client: never sent
+    retry_after_ms: int | None = column(None, None, made_by=OUTCOME)
+    prompt_tokens: int | None = column(None, None)  # the server's usage, else counted (token_source)
+    completion_tokens: int | None = column(None, None)
+    cached_tokens: int | None = column(None, None)
+    token_source: str | None = column(None, None)
+    tool_calls_count: int | None = column(None, None, made_by=OUTCOME)
+    ttfb_ns: int | None = column(None, None, made_by=OUTCOME)
+    ttft_ns: int | None = column(None, None, made_by=OUTCOME)
+    e2e_ns: int | None = column(None, None, made_by=OUTCOME)
+    chunk_offsets_ns: Sequence[int] | None = column(None, None, made_by=OUTCOME)
+    finish_reason: str | None = column(None, None, made_by=OUTCOME)
+    # The replay's own.
+    source_request_id: str = column(STRING)  # the trace row this request replays (copies share it)
+    copy_index: int = column(INT16)  # 0 for the original, k for the k-th --scale copy
+    worker: int = column(INT16)
+    scheduled_offset_ns: int = column(INT64)  # due time, from the run's start (monotonic clock)
+    sent_offset_ns: int | None = column(INT64, None)  # actual send time, from the run's start; null: not sent
+    dispatch_lag_ns: int | None = column(INT64, None)  # sent - scheduled, excluding session_wait_ns
+    session_wait_ns: int = column(INT64)  # how much later than scheduled the previous turn made it
+    sent_time: int | None = column(TIMESTAMP, None)  # wall-clock anchor of the send (us), to align systems
+    recorded_prompt_tokens: int | None = column(INT32, None)
+    recorded_completion_tokens: int | None = column(INT32, None)
+    requested_completion_tokens: int | None = column(INT32, None)  # max_tokens actually sent
     # What a failed request said: the first 2 KB of an error response's body, or the client's own
     # description (stream cut, bad JSON, ...); secrets scrubbed (llmreplay.redaction). Null on success.
-    ("error_detail", pa.string(), True),
-)
-# Columns added by a minor version: runs written before it lack them, and readers fill them with nulls.
-ADDED_COLUMNS = {"error_detail": "1.1"}
+    error_detail: str | None = column(STRING, None, since="1.1")
 
-RESULT_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
-    tuple((name, *_TRACE_TYPES[name]) for name in _FROM_TRACE)
-    + tuple((name, _TRACE_TYPES[name][0], True) for name in _MEASURED)
-    + REPLAY_COLUMNS
-)
 
-RESULT_SCHEMA = pa.schema([pa.field(n, t, nullable=nl) for n, t, nl in RESULT_COLUMNS])
+@dataclass(frozen=True, slots=True)
+class ResultColumn:
+    """One results column as the format describes it (built from a ResultRow field)."""
+
+    name: str
+    type: str  # a llmreplay.trace_format type descriptor
+    nullable: bool
+    made_by: str  # TRACE, OUTCOME or MERGE
+    since: str  # the run format version that added it
+
+
+def _columns() -> tuple[ResultColumn, ...]:
+    trace_types = {c.name: c.type for c in TRACE_COLUMNS}
+    found = []
+    for f in dataclasses.fields(ResultRow):
+        spec = dict(f.metadata["column"])
+        spec["type"] = spec["type"] or trace_types[f.name]
+        found.append(ResultColumn(name=f.name, nullable=f.default is None, **spec))
+    return tuple(found)
+
+
+RESULT_COLUMNS = _columns()
+TRACE_COPIED = tuple(c.name for c in RESULT_COLUMNS if c.made_by == TRACE)
+OUTCOME_COPIED = tuple(c.name for c in RESULT_COLUMNS if c.made_by == OUTCOME)
+ADDED_COLUMNS = {c.name: c.since for c in RESULT_COLUMNS if c.since != "1.0"}
+RESULT_SCHEMA = pa.schema(
+    [pa.field(c.name, arrow_type(c.type), nullable=c.nullable) for c in RESULT_COLUMNS],
+    metadata={METADATA_KEY: json.dumps({"run_format_version": RUN_FORMAT_VERSION})},
+)
+_GETTERS = tuple(attrgetter(c.name) for c in RESULT_COLUMNS)
+
+
+def result_table(rows: Sequence[ResultRow]) -> pa.Table:
+    """Rows as a table in RESULT_SCHEMA (its version key included)."""
+    arrays = [
+        pa.array([get(row) for row in rows], f.type) for get, f in zip(_GETTERS, RESULT_SCHEMA, strict=True)
+    ]
+    return pa.Table.from_arrays(arrays, schema=RESULT_SCHEMA)
+
+
+@dataclass(frozen=True, slots=True)
+class RunTarget:
+    base_url: str
+    engine: str
+    engine_from: str  # how the engine was known: the flag, or what the target answered
+    models: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class RunTrace:
+    path: str
+    files: list[str]
+    meta: dict[str, Any]  # the trace's TraceMeta
+
+
+@dataclass(frozen=True, slots=True)
+class RunMachine:
+    hostname: str
+    cpus: int | None
+    platform: str
+
+    @classmethod
+    def this_one(cls) -> RunMachine:
+        return cls(socket.gethostname(), os.cpu_count(), platform.platform())
+
+
+@dataclass(frozen=True, slots=True)
+class RunCounts:
+    trace_rows: int
+    window_rows: int
+    planned: int
+    unsupported_endpoint: int
+    to_send: int  # planned, supported and within --duration
+    sent: int
+    not_sent: int  # never attempted: the run stopped before their time
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunInfo:
+    """run.json: what was replayed against what, on which machine, how it went; its fields are the keys."""
+
+    config: dict[str, Any]  # the replay's configuration, without secrets
+    target: RunTarget
+    trace: RunTrace
+    tokenizer: str
+    versions: dict[str, str]
+    machine: RunMachine
+    started_unix_ns: int
+    ended_unix_ns: int
+    start_unix_ns: int | None  # wall clock of the schedule's offset 0; null when never started
+    start_mono_ns: int | None  # time.perf_counter_ns() of offset 0 (this machine)
+    stop_reason: str  # completed, duration or interrupted
+    build_s: float
+    workers: list[dict[str, Any]]  # per worker: event-loop CPU seconds, peak RSS, ...
+    coordinator_max_rss_mb: float
+    builder: dict[str, Any]  # bodies: peak RSS, in the coordinator or its own process
+    counts: RunCounts
+    idle_removed_s: float
+    schedule_span_s: float
+    server_metrics: dict[str, Any] | None
+    summary: dict[str, Any]  # the run's verdict (replayer.results.summary)
+    run_format_version: str = RUN_FORMAT_VERSION
+
+
+def write_run_info(run_dir: Path, info: RunInfo) -> None:
+    """run.json, written atomically (sorted keys, indented)."""
+    options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
+    write_atomic(run_dir / RUN_FILE, orjson.dumps(dataclasses.asdict(info), option=options))
+
+
+def read_run(results: Path, where: str) -> tuple[pa.Table, dict[str, Any]]:
+    """results.parquet in RESULT_SCHEMA and the run.json beside it ({} when absent), versions checked."""
+    try:
+        table = pq.read_table(results)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise BadInput(f"{where} {results}: not a readable Parquet file ({_first_line(exc)})") from None
+    run_json = _read_run_json(results.parent / RUN_FILE, where)
+    stated = _results_version(table.schema.metadata, f"{where} {results}")
+    version = stated or run_json.get("run_format_version") or OLDEST_VERSION
+    table = conform_results(table, version, f"{where} {results}")
+    _check_unique_requests(table, f"{where} {results}")
+    return table, run_json
+
+
+def stated_load(run_json: dict[str, Any]) -> dict[str, float]:
+    """The replay's --speed and --scale as run.json states them (positive numbers only; missing otherwise)."""
+    config = run_json.get("config")
+    schedule = config.get("schedule") if isinstance(config, dict) else None
+    if not isinstance(schedule, dict):
+        return {}
+    return {
+        name: float(value)
+        for name in ("speed", "scale")
+        if isinstance(value := schedule.get(name), int | float) and not isinstance(value, bool) and value > 0
+    }
 
 
 def check_run_format_version(version: object, where: str) -> None:
-    """Refuse a run.json whose major version this llmreplay cannot read (a missing version is 1.0)."""
-    if version is None:
-        return
+    """BadInput unless this llmreplay reads runs of `version` (one line naming `where`)."""
     try:
-        major = int(str(version).split(".", 1)[0])
+        major, _ = version_tuple(str(version))
     except ValueError:
         raise BadInput(f"{where}: run_format_version {version!r} is not a version") from None
     if major not in READABLE_MAJOR_VERSIONS:
@@ -71,17 +250,59 @@ def check_run_format_version(version: object, where: str) -> None:
         )
 
 
-def conform_results(table: pa.Table, where: str) -> pa.Table:
-    """A results table in RESULT_SCHEMA: columns a later minor version added read as nulls; a column
-    missing otherwise, or values that do not fit, are bad input."""
-    for name, dtype, _ in RESULT_COLUMNS:
-        if name in table.column_names:
+def conform_results(table: pa.Table, version: str, where: str) -> pa.Table:
+    """A results table of run format `version` in RESULT_SCHEMA: columns a later minor added read as
+    nulls; any other missing column, or values that do not fit, are bad input."""
+    for c, f in zip(RESULT_COLUMNS, RESULT_SCHEMA, strict=True):
+        if c.name in table.column_names:
             continue
-        if name not in ADDED_COLUMNS:
-            raise BadInput(f"{where}: column '{name}' is missing (not a llmreplay results file?)")
-        table = table.append_column(pa.field(name, dtype), pa.nulls(table.num_rows, dtype))
+        if version_tuple(c.since) <= version_tuple(version):
+            raise BadInput(f"{where}: column '{c.name}' is missing (not a llmreplay results file?)")
+        table = table.append_column(pa.field(c.name, f.type), pa.nulls(table.num_rows, f.type))
     try:
         return table.select(RESULT_SCHEMA.names).cast(RESULT_SCHEMA)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise BadInput(f"{where}: values do not fit the results schema ({first})") from None
+        raise BadInput(f"{where}: values do not fit the results schema ({_first_line(exc)})") from None
+
+
+def _check_unique_requests(table: pa.Table, where: str) -> None:
+    """Every row names the trace request it replays, and each (request, copy) is there once."""
+    if table.column("source_request_id").null_count:
+        raise BadInput(f"{where}: column 'source_request_id' has missing values")
+    keys = pc.binary_join_element_wise(
+        table.column("source_request_id"), pc.cast(table.column("copy_index"), pa.string()), "#"
+    )
+    if pc.count_distinct(keys).as_py() != table.num_rows:
+        raise BadInput(f"{where}: duplicate (source_request_id, copy_index) rows")
+
+
+def _results_version(metadata: dict[bytes, bytes] | None, where: str) -> str | None:
+    """The version in results.parquet's footer, checked; None for a file written before the key."""
+    raw = (metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        return None
+    try:
+        version = json.loads(raw)["run_format_version"]
+    except (ValueError, TypeError, KeyError):
+        raise BadInput(f"{where}: '{METADATA_KEY.decode()}' metadata is not run format JSON") from None
+    check_run_format_version(version, where)
+    return version
+
+
+def _read_run_json(path: Path, where: str) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, OSError) as exc:
+        raise BadInput(f"{where} {path}: not valid JSON ({_first_line(exc)})") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{where} {path}: expected a JSON object")
+    if data.get("run_format_version") is not None:
+        check_run_format_version(data["run_format_version"], f"{where} {path}")
+    return data
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,17 +1,12 @@
-"""The parent process of a replay: plan, start the workers, show progress, scrape server metrics,
-merge the workers' results into one run directory. Never on a latency-critical path itself.
+"""The parent process of a replay: check, plan, run the workers (progress, server metrics), merge, write
+run.json. Never on a latency-critical path: the workers time the requests, it only waits for them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
-import os
-import platform
-import signal
-import socket
+import functools
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,33 +16,259 @@ import pyarrow.compute as pc
 
 from llmreplay import __version__
 from llmreplay.errors import BadInput
-from llmreplay.run_format import RESULTS_FILE, RUN_FILE, RUN_FORMAT_VERSION, SERVER_METRICS_FILE
+from llmreplay.run_format import (
+    RESULTS_FILE,
+    RUN_FILE,
+    SERVER_METRICS_FILE,
+    RunCounts,
+    RunInfo,
+    RunMachine,
+    RunTarget,
+    RunTrace,
+    write_run_info,
+)
+from llmreplay.tokenizers import DEFAULT_TOKENIZER
 from replayer.config import ReplayConfig
 from replayer.loop.http_pool import parse_endpoint
 from replayer.loop.process_memory import peak_rss_mb
 from replayer.loop.result_spool import partial_path
 from replayer.loop.runner import USER_AGENT, LoopSettings
-from replayer.loop.worker import STAT_SLOTS, WorkerJob, worker_main
+from replayer.loop.worker import WorkerJob
 from replayer.plan.arrays import int64_array
 from replayer.plan.bounds import check_prompt_sizes, check_span, within_duration
-from replayer.plan.prepare import BuildJob, Prepared, Shard, prepare_bodies
+from replayer.plan.prepare import BuildJob, Shard, prepare_bodies
 from replayer.plan.request_builder import ENDPOINT_PATHS, BuildOptions
-from replayer.plan.schedule import build_schedule, schedule_input
+from replayer.plan.schedule import Schedule, ScheduleInput, build_schedule, schedule_input
 from replayer.plan.sessions import link_sessions, session_codes, shard_by_session
 from replayer.plan.trace_rows import TraceRows, read_trace_rows
-from replayer.results.merge import WorkerPart, merge_worker_results, write_json_atomic
+from replayer.results.merge import WorkerPart, merge_worker_results
 from replayer.results.summary import summarize_file
-from replayer.target import normalise_base_url, probe_metrics, probe_target
+from replayer.target import TargetInfo, normalise_base_url, probe_metrics, probe_target
+from replayer.worker_processes import Execution, run_workers
 
 PARTS_DIR = ".parts"
-EXIT_GRACE_S = 10.0  # beyond the configured grace, before a stuck worker is killed
 
 
 @dataclass(frozen=True, slots=True)
 class RunOutcome:
     run_dir: Path
     summary: dict
-    exit_code: int  # 0 ok, 1 the run's verdict failed (replayer.results.summary: unfaithful, interrupted, errors)
+    exit_code: (
+        int  # 0 ok, 1 the run's verdict failed (replayer.results.summary: unfaithful, interrupted, errors)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """The requests a run will send, and what was left out on the way there."""
+
+    trace: TraceRows
+    rows: ScheduleInput
+    plans: Schedule  # planned, supported and within --duration
+    window_rows: int
+    planned: int
+    unsupported_endpoint: int
+    beyond_duration: int  # plans past --duration: never built, never sent
+    idle_removed_ns: int
+    span_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """Everything the run needs once planning is done: the workers' jobs and the bodies to build."""
+
+    trace: TraceRows
+    target: TargetInfo
+    parts: Path
+    jobs: list[WorkerJob]
+    build_job: BuildJob
+    counts: dict[str, int]  # RunCounts' planning fields
+    beyond_duration: int
+    idle_removed_ns: int
+    span_ns: int
+
+
+def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
+    """Check, plan, execute, merge, write the run info; nothing is sent before every check has passed."""
+    run_dir = Path(config.run_dir)
+    base_url = _check_config(config, run_dir)
+    planned = _plan(config)
+    target = _check_target(config, base_url, planned)
+    ready = _ready(config, planned, target, _claim(run_dir))
+    del planned  # the jobs hold each worker's plans
+    execution = _execute(config, ready, console)
+    result_rows = _merge(config, ready, execution, run_dir)
+    summary = summarize_file(  # the run's verdict: the checks `report` makes of it
+        run_dir / RESULTS_FILE,
+        config.limits,
+        config.max_error_rate,
+        never_attempted=ready.counts["to_send"] - result_rows,
+        stop_reason=execution.stop_reason,
+    )
+    if execution.scraper is not None:
+        execution.scraper.write(run_dir / SERVER_METRICS_FILE)
+    info = _run_info(config, ready, execution, summary, result_rows)
+    write_run_info(run_dir, info)
+    return _outcome(run_dir, info)
+
+
+def _check_config(config: ReplayConfig, run_dir: Path) -> str:
+    """What can be refused before the trace is read; returns the target's base URL."""
+    _refuse_used_run_dir(run_dir)
+    if config.workers < 1:
+        raise BadInput(f"--workers {config.workers}: must be at least 1")
+    if config.max_inflight < config.workers:
+        raise BadInput(f"--max-inflight {config.max_inflight}: must be at least --workers")
+    return normalise_base_url(config.target_url)
+
+
+def _plan(config: ReplayConfig) -> Planned:
+    """The trace's requests on the run's clock, less those no endpoint sends and those past --duration."""
+    trace = read_trace_rows(config.trace_path)
+    rows = schedule_input(trace.table)
+    schedule = build_schedule(rows, config.schedule)
+    endpoints = trace.table.column("endpoint")
+    supported = np.asarray(pc.is_in(endpoints, pa.array(list(ENDPOINT_PATHS))).to_numpy(zero_copy_only=False))
+    keep = supported[schedule.record_index]
+    planned, window_rows = len(schedule), schedule.source_rows
+    idle_removed_ns, span_ns = schedule.idle_removed_ns, schedule.trace_span_ns
+    plans = schedule.take(keep)
+    del schedule
+    plans, beyond_duration = within_duration(plans, config.duration_ns)  # never built, never sent
+    if not len(plans):
+        raise BadInput(f"{config.trace_path}: no request to replay in the selected window")
+    check_span(plans, config.duration_ns, str(config.trace_path))
+    check_prompt_sizes(trace.table, plans.record_index, str(config.trace_path))
+    unsupported = planned - int(keep.sum())
+    return Planned(
+        trace, rows, plans, window_rows, planned, unsupported, beyond_duration, idle_removed_ns, span_ns
+    )
+
+
+def _check_target(config: ReplayConfig, base_url: str, planned: Planned) -> TargetInfo:
+    """Probe the target (and the metrics endpoint) and refuse models it does not serve."""
+    target = probe_target(base_url, config.engine, config.api_key)
+    if config.server_metrics_url:
+        probe_metrics(config.server_metrics_url, config.api_key)
+    _check_models_served(planned.trace, planned.plans.record_index, target.models, config.model, base_url)
+    return target
+
+
+def _claim(run_dir: Path) -> Path:
+    """Make the run directory and its `.parts/`: a replay started into it since the check fails here."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    parts = run_dir / PARTS_DIR
+    try:
+        parts.mkdir()
+    except FileExistsError:
+        _refuse_used_run_dir(run_dir)
+        raise
+    return parts
+
+
+def _ready(config: ReplayConfig, planned: Planned, target: TargetInfo, parts: Path) -> Ready:
+    """The workers' jobs (their plans, by session) and the job that builds their request bodies."""
+    trace, plans = planned.trace, planned.plans
+    jobs, shards = _jobs(config, plans, trace, planned.rows, target.base_url, parts)
+    build = BuildOptions(
+        engine=target.engine,
+        model=config.model,
+        default_model=target.models[0] if target.models else None,
+        seed=config.schedule.seed,
+    )
+    synthesis = not trace.has_content[plans.record_index].all()
+    build_job = BuildJob(
+        str(config.trace_path),
+        tuple(shards),
+        build,
+        trace.meta.block_size,
+        config.tokenizer,
+        config.session_header,
+        synthesis,
+    )
+    counts = {
+        "trace_rows": len(trace),
+        "window_rows": planned.window_rows,
+        "planned": planned.planned,
+        "unsupported_endpoint": planned.unsupported_endpoint,
+        "to_send": len(plans),
+    }
+    return Ready(
+        trace,
+        target,
+        parts,
+        jobs,
+        build_job,
+        counts,
+        planned.beyond_duration,
+        planned.idle_removed_ns,
+        planned.span_ns,
+    )
+
+
+def _execute(config: ReplayConfig, ready: Ready, console) -> Execution:
+    """Build the bodies, run the workers to the end; plans dropped past --duration make it 'duration'."""
+    execution = run_workers(config, ready.jobs, functools.partial(prepare_bodies, ready.build_job), console)
+    if ready.beyond_duration and execution.stop_reason == "completed":
+        return dataclasses.replace(execution, stop_reason="duration")
+    return execution
+
+
+def _merge(config: ReplayConfig, ready: Ready, execution: Execution, run_dir: Path) -> int:
+    """The workers' results into results.parquet, then their hand-off files gone; returns the rows."""
+    parts = [
+        WorkerPart(j.worker, Path(j.results_path), Path(j.fields_path), Path(j.tails_path), j.plans)
+        for j in ready.jobs
+    ]
+    result_rows = merge_worker_results(
+        parts, ready.trace, execution.start_mono_ns, config.tokenizer, run_dir / RESULTS_FILE, ready.parts
+    )
+    for job in ready.jobs:
+        for path in (job.results_path, partial_path(Path(job.results_path)), job.tails_path, job.fields_path):
+            Path(path).unlink(missing_ok=True)
+    ready.parts.rmdir()
+    return result_rows
+
+
+def _run_info(
+    config: ReplayConfig, ready: Ready, execution: Execution, summary: dict, result_rows: int
+) -> RunInfo:
+    """run.json's contents, once the results are merged and summarized."""
+    target, trace = ready.target, ready.trace
+    to_send = ready.counts["to_send"]
+    return RunInfo(
+        config=config.public_dict(),
+        target=RunTarget(target.base_url, target.engine, target.detected_from, list(target.models)),
+        trace=RunTrace(str(config.trace_path), [str(f) for f in trace.files], dataclasses.asdict(trace.meta)),
+        tokenizer=config.tokenizer or DEFAULT_TOKENIZER,
+        versions=_versions(),
+        machine=RunMachine.this_one(),
+        started_unix_ns=execution.started_unix_ns,
+        ended_unix_ns=execution.ended_unix_ns,
+        start_unix_ns=execution.start_unix_ns,
+        start_mono_ns=execution.start_mono_ns,
+        stop_reason=execution.stop_reason,
+        build_s=execution.build_s,
+        workers=execution.workers,
+        coordinator_max_rss_mb=peak_rss_mb(),
+        builder=execution.builder,
+        counts=RunCounts(**ready.counts, sent=summary["sent"], not_sent=to_send - result_rows),
+        idle_removed_s=ready.idle_removed_ns / 1e9,
+        schedule_span_s=ready.span_ns / 1e9,
+        server_metrics=execution.scraper_info,
+        summary=summary,
+    )
+
+
+def _outcome(run_dir: Path, info: RunInfo) -> RunOutcome:
+    """What the CLI prints: the summary with the run's counts and why it stopped."""
+    summary = {
+        **info.summary,
+        "run": dataclasses.asdict(info.counts),
+        "idle_removed_s": info.idle_removed_s,
+        "stop_reason": info.stop_reason,
+    }
+    return RunOutcome(run_dir, summary, info.summary["verdict"]["exit_code"])
 
 
 def _check_models_served(
@@ -85,153 +306,6 @@ def _refuse_used_run_dir(run_dir: Path) -> None:
             f"-o {run_dir}: holds {PARTS_DIR}/, the leftovers of a replay that was killed (or is still "
             f"running); choose a new -o directory, or delete {run_dir / PARTS_DIR}"
         )
-
-
-def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
-    run_dir = Path(config.run_dir)
-    _refuse_used_run_dir(run_dir)
-    if config.workers < 1:
-        raise BadInput(f"--workers {config.workers}: must be at least 1")
-    if config.max_inflight < config.workers:
-        raise BadInput(f"--max-inflight {config.max_inflight}: must be at least --workers")
-    base_url = normalise_base_url(config.target_url)
-    trace = read_trace_rows(config.trace_path)
-    rows = schedule_input(trace.table)
-    schedule = build_schedule(rows, config.schedule)
-    endpoints = trace.table.column("endpoint")
-    supported = np.asarray(pc.is_in(endpoints, pa.array(list(ENDPOINT_PATHS))).to_numpy(zero_copy_only=False))
-    plans = schedule.take(supported[schedule.record_index])
-    planned, unsupported = len(schedule), len(schedule) - len(plans)
-    window_rows, idle_removed_ns, span_ns = (
-        schedule.source_rows,
-        schedule.idle_removed_ns,
-        schedule.trace_span_ns,
-    )
-    del schedule
-    plans, beyond_duration = within_duration(plans, config.duration_ns)  # never built, never sent
-    if not len(plans):
-        raise BadInput(f"{config.trace_path}: no request to replay in the selected window")
-    check_span(plans, config.duration_ns, str(config.trace_path))
-    check_prompt_sizes(trace.table, plans.record_index, str(config.trace_path))
-    target = probe_target(base_url, config.engine, config.api_key)
-    if config.server_metrics_url:
-        probe_metrics(config.server_metrics_url, config.api_key)
-    _check_models_served(trace, plans.record_index, target.models, config.model, base_url)
-    build = BuildOptions(
-        engine=target.engine,
-        model=config.model,
-        default_model=target.models[0] if target.models else None,
-        seed=config.schedule.seed,
-    )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    parts = run_dir / PARTS_DIR
-    try:
-        parts.mkdir()  # claims the directory: a replay started into it since the check fails here
-    except FileExistsError:
-        _refuse_used_run_dir(run_dir)
-        raise
-    jobs, shards = _jobs(config, plans, trace, rows, base_url, parts)
-    synthesis = not trace.has_content[plans.record_index].all()
-    to_send = len(plans)
-    del rows, plans  # the jobs hold each worker's plans
-
-    build_job = BuildJob(
-        str(config.trace_path),
-        tuple(shards),
-        build,
-        trace.meta.block_size,
-        config.tokenizer,
-        config.session_header,
-        synthesis,
-    )
-
-    def prepare() -> Prepared:
-        return prepare_bodies(build_job)
-
-    started_unix_ns = time.time_ns()
-    info = _run_workers(config, jobs, prepare, console)
-    if beyond_duration and info["stop_reason"] == "completed":
-        info["stop_reason"] = "duration"  # the plans past --duration were dropped before the run
-    ended_unix_ns = time.time_ns()
-    result_rows = merge_worker_results(
-        [
-            WorkerPart(j.worker, Path(j.results_path), Path(j.fields_path), Path(j.tails_path), j.plans)
-            for j in jobs
-        ],
-        trace,
-        info["start_mono_ns"],
-        config.tokenizer,
-        run_dir / RESULTS_FILE,
-        parts,
-    )
-    for job in jobs:
-        for path in (job.results_path, partial_path(Path(job.results_path)), job.tails_path, job.fields_path):
-            Path(path).unlink(missing_ok=True)
-    parts.rmdir()
-    summary = summarize_file(  # the run's verdict: the checks `report` makes of it
-        run_dir / RESULTS_FILE,
-        config.limits,
-        config.max_error_rate,
-        never_attempted=to_send - result_rows,
-        stop_reason=info["stop_reason"],
-    )
-    if info["scraper"] is not None:
-        info["scraper"].write(run_dir / SERVER_METRICS_FILE)
-    run_json = {
-        "run_format_version": RUN_FORMAT_VERSION,
-        "config": config.public_dict(),
-        "target": {
-            "base_url": base_url,
-            "engine": target.engine,
-            "engine_from": target.detected_from,
-            "models": list(target.models),
-        },
-        "trace": {
-            "path": str(config.trace_path),
-            "files": [str(f) for f in trace.files],
-            "meta": dataclasses.asdict(trace.meta),
-        },
-        "tokenizer": config.tokenizer or "mistral-tekken",
-        "versions": _versions(),
-        "machine": {
-            "hostname": socket.gethostname(),
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-        },
-        "started_unix_ns": started_unix_ns,
-        "ended_unix_ns": ended_unix_ns,
-        "start_unix_ns": info["start_unix_ns"],
-        "start_mono_ns": info["start_mono_ns"],  # time.perf_counter_ns() of offset 0 (this machine)
-        "stop_reason": info["stop_reason"],
-        "build_s": info["build_s"],
-        "workers": info["workers"],  # per worker: event-loop CPU seconds, peak RSS
-        "coordinator_max_rss_mb": peak_rss_mb(),
-        "builder": info["builder"],  # bodies: seconds, peak RSS, in the coordinator or its own process
-        "counts": {
-            "trace_rows": len(trace),
-            "window_rows": window_rows,
-            "planned": planned,
-            "unsupported_endpoint": unsupported,
-            "to_send": to_send,  # planned, supported and within --duration
-            "sent": summary["sent"],
-            "not_sent": to_send - result_rows,  # never attempted: the run stopped before their time
-        },
-        "idle_removed_s": idle_removed_ns / 1e9,
-        "schedule_span_s": span_ns / 1e9,
-        "server_metrics": info["scraper_info"],
-        "summary": summary,
-    }
-    write_json_atomic(run_dir / RUN_FILE, run_json)
-    return RunOutcome(
-        run_dir,
-        {
-            **summary,
-            "run": run_json["counts"],
-            "idle_removed_s": run_json["idle_removed_s"],
-            "stop_reason": info["stop_reason"],
-        },
-        summary["verdict"]["exit_code"],
-    )
 
 
 def _versions() -> dict:
@@ -284,172 +358,3 @@ def _jobs(config, plans, trace, rows, base_url, parts) -> tuple[list[WorkerJob],
             )
         )
     return jobs, shards
-
-
-def _run_workers(config: ReplayConfig, jobs: list[WorkerJob], prepare, console) -> dict:
-    """Start the workers (their imports overlap with `prepare`, which writes their bodies), then
-    load, start together, watch, collect.
-
-    Workers die with this process (replayer.loop.parent_watch): each gets the read end of a liveness
-    pipe whose write end only we hold (in `alive`, never written, closed once they are gone), and
-    on Linux a parent-death signal, which fires when the thread that started the worker ends: this
-    one, which stays here until every worker has exited."""
-    context = multiprocessing.get_context("spawn")
-    procs, pipes, stats, alive = [], [], [], []
-    for job in jobs:
-        parent_end, child_end = context.Pipe()
-        alive_r, alive_w = context.Pipe(duplex=False)
-        shared = context.Array("q", len(STAT_SLOTS), lock=False)
-        proc = context.Process(
-            target=worker_main,
-            args=(job, child_end, shared, alive_r, os.getpid()),
-            name=f"llmreplay-worker-{job.worker}",
-        )
-        proc.start()
-        child_end.close()
-        alive_r.close()
-        procs.append(proc)
-        pipes.append(parent_end)
-        stats.append(shared)
-        alive.append(alive_w)
-    interrupted = {"flag": False}
-
-    def on_signal(signum, frame):
-        interrupted["flag"] = True
-        for proc in procs:
-            if proc.is_alive() and proc.pid:
-                os.kill(proc.pid, signal.SIGTERM)
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    scraper = None
-    try:
-        try:
-            prepared = prepare()
-        except BaseException:
-            _tell(pipes, ("stop",))
-            raise
-        if interrupted["flag"]:
-            _tell(pipes, ("stop",))
-            return _finish(procs, pipes, None, prepared, (None, None), "interrupted", config)
-        _tell(pipes, ("load",))
-        load_s = _await_ready(pipes, procs, interrupted)
-        prepared = dataclasses.replace(prepared, build_s=prepared.build_s + load_s)
-        if interrupted["flag"]:
-            _tell(pipes, ("stop",))
-            return _finish(procs, pipes, None, prepared, (None, None), "interrupted", config)
-        start_ns = time.perf_counter_ns() + config.start_delay_ns
-        start_unix_ns = time.time_ns() + config.start_delay_ns
-        if config.server_metrics_url:
-            from replayer.results.server_metrics import MetricsScraper
-
-            scraper = MetricsScraper(
-                config.server_metrics_url, config.server_metrics_interval_ns, start_ns, config.api_key
-            )
-            scraper.start()
-        for pipe in pipes:
-            pipe.send(("start", start_ns))
-        _watch(procs, stats, jobs, config, console, start_ns, interrupted)
-        return _finish(procs, pipes, scraper, prepared, (start_unix_ns, start_ns), None, config)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        for proc in procs:
-            if proc.is_alive():
-                proc.kill()
-                proc.join(5)
-        for end in alive:
-            end.close()
-
-
-def _tell(pipes, message: tuple) -> None:
-    for pipe in pipes:
-        try:
-            pipe.send(message)
-        except (BrokenPipeError, OSError):
-            pass  # that worker is gone already; _finish reports what the others did
-
-
-def _await_ready(pipes, procs, interrupted) -> float:
-    build_s = 0.0
-    for pipe, proc in zip(pipes, procs, strict=True):
-        while not pipe.poll(0.1):
-            if not proc.is_alive():
-                raise RuntimeError(f"worker {proc.name} exited with {proc.exitcode} while preparing")
-        message = pipe.recv()
-        if message[0] == "error":
-            for p in procs:
-                p.kill()
-            if message[2]:
-                raise BadInput(message[1].removeprefix("BadInput: "))
-            raise RuntimeError(f"worker {proc.name} failed while preparing: {message[1]}")
-        build_s = max(build_s, message[1])
-    return build_s
-
-
-def _watch(procs, stats, jobs, config, console, start_ns, interrupted) -> None:
-    from replayer.progress import Progress
-
-    total = sum(len(j.plans) for j in jobs)
-    progress = None if config.quiet or console is None else Progress(console, total, jobs)
-    # The workers end the run themselves by duration + grace (replayer.loop.runner); one that has not
-    # exited EXIT_GRACE_S after its bound (of the duration, or of an interrupt) is killed.
-    margin_ns = config.grace_ns + round(EXIT_GRACE_S * 1e9)
-    kill_at_ns = None if config.duration_ns is None else start_ns + config.duration_ns + margin_ns
-    noticed = False
-    try:
-        while any(p.is_alive() for p in procs):
-            now_ns = time.perf_counter_ns()
-            if progress is not None:
-                progress.update(stats, (now_ns - start_ns) / 1e9)
-            if interrupted["flag"] and not noticed:
-                noticed = True
-                bound_ns = now_ns + margin_ns
-                kill_at_ns = bound_ns if kill_at_ns is None else min(kill_at_ns, bound_ns)
-            if kill_at_ns is not None and now_ns > kill_at_ns:
-                for proc in procs:
-                    proc.kill()
-            for proc in procs:
-                proc.join(0.25 / len(procs))
-    finally:
-        if progress is not None:
-            progress.close(stats, (time.perf_counter_ns() - start_ns) / 1e9)
-
-
-def _run_stop_reason(reasons: list[str]) -> str:
-    """The run's stop reason from its workers': an interrupt wins, then the end of --duration."""
-    for reason in ("interrupted", "duration"):
-        if reason in reasons:
-            return reason
-    return "completed"
-
-
-def _finish(procs, pipes, scraper, prepared: Prepared, start, stop_reason, config) -> dict:
-    reasons, workers = [], []
-    for proc, pipe in zip(procs, pipes, strict=True):
-        proc.join(config.grace_ns / 1e9 + EXIT_GRACE_S)
-        if pipe.poll(0):
-            message = pipe.recv()
-            if message[0] == "done":
-                reasons.append(message[1]["stop_reason"])
-                workers.append(message[1])
-    if scraper is not None:
-        scraper.stop()
-    scraper_info = None
-    if scraper is not None:
-        scraper_info = {
-            "url": config.server_metrics_url,
-            "scrapes": scraper.scrapes,
-            "failures": scraper.failures,
-            "last_error": scraper.last_error,
-        }
-    reason = stop_reason or _run_stop_reason(reasons)
-    return {
-        "build_s": round(prepared.build_s, 3),
-        "builder": {"peak_rss_mb": prepared.peak_rss_mb, "in_process": prepared.in_process},
-        "start_unix_ns": start[0],
-        "start_mono_ns": start[1],
-        "stop_reason": reason,
-        "workers": workers,
-        "scraper": scraper,
-        "scraper_info": scraper_info,
-    }

@@ -145,7 +145,7 @@ def write_run(
     pq.write_table(table, run_dir / RESULTS_FILE)
     run_json = {
         "run_format_version": RUN_FORMAT_VERSION,
-        "speed": speed,
+        "config": {"schedule": {"speed": speed}},  # where a replay states it (llmreplay.run_format)
         "target": "http://127.0.0.1:1/synthetic",
         "engine": "synthetic",
         "stop_reason": stop_reason,

@@ -5,18 +5,16 @@ Everything downstream (replayer.compare.sides and the reports) receives a `Side`
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from llmreplay.durations import format_duration
 from llmreplay.errors import BadInput
-from llmreplay.run_format import RESULTS_FILE, RUN_FILE, check_run_format_version, conform_results
+from llmreplay.run_format import RESULTS_FILE, RUN_FILE, read_run
 from llmreplay.trace_format import COMPARED_COLUMNS, LATENCY_COLUMNS
 
 TRACE = "trace"
@@ -65,37 +63,8 @@ def _results_path(root: Path) -> Path | None:
 
 
 def _load_run(results: Path, label: str) -> Side:
-    try:
-        table = pq.read_table(results)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise BadInput(f"{label} {results}: not a readable Parquet file ({_first_line(exc)})") from None
-    run_json = _read_run_json(results.parent / RUN_FILE, label)
-    check_run_format_version(run_json.get("run_format_version"), f"{label} {results.parent / RUN_FILE}")
-    table = conform_results(table, f"{label} {results}")
-    _check_unique_originals(table, results, label)
+    table, run_json = read_run(results, label)
     return Side(label, results.parent, RUN, table, run_json, "client")
-
-
-def _check_unique_originals(table: pa.Table, results: Path, label: str) -> None:
-    if table.column("source_request_id").null_count:
-        raise BadInput(f"{label} {results}: column 'source_request_id' has missing values")
-    keys = pc.binary_join_element_wise(
-        table.column("source_request_id"), pc.cast(table.column("copy_index"), pa.string()), "#"
-    )
-    if pc.count_distinct(keys).as_py() != table.num_rows:
-        raise BadInput(f"{label} {results}: duplicate (source_request_id, copy_index) rows")
-
-
-def _read_run_json(path: Path, label: str) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (ValueError, OSError) as exc:
-        raise BadInput(f"{label} {path}: not valid JSON ({_first_line(exc)})") from None
-    if not isinstance(data, dict):
-        raise BadInput(f"{label} {path}: expected a JSON object")
-    return data
 
 
 def _load_trace(root: Path, label: str) -> Side:
@@ -135,8 +104,3 @@ def shift_latencies(side: Side, offset_ns: int) -> Side:
             shifted = pc.subtract(table.column(name), offset_ns)
             table = table.set_column(table.schema.get_field_index(name), name, pc.cast(shifted, pa.int64()))
     return Side(side.label, side.path, side.kind, table, side.config, side.clock_domain)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llmreplay.metrics import BY_NAME, per_request_latencies_ns, success_mask
+from llmreplay.run_format import stated_load
 from replayer.compare.error_gate import CLIENT_SIDE_ERRORS
 from replayer.compare.inputs import RUN, Side
 
@@ -145,11 +146,8 @@ def time_scale(side: Side, requests: Requests) -> float:
     """
     if side.kind != RUN:
         return 1.0
-    config = side.config.get("config") if isinstance(side.config.get("config"), dict) else {}
-    for holder in (side.config, config, config.get("schedule")):
-        speed = holder.get("speed") if isinstance(holder, dict) else None
-        if isinstance(speed, int | float) and speed > 0:
-            return float(speed)
+    if "speed" in (stated := stated_load(side.config)):
+        return stated["speed"]
     mask = requests.original & np.isfinite(requests.scheduled_offset_ns)
     if mask.sum() < 2:
         return 1.0
@@ -162,15 +160,7 @@ def side_load(side: Side, requests: Requests) -> dict:
     """The load a side ran at: replay speed and scale (a trace ran at 1 and 1), and whether run.json said so."""
     if side.kind != RUN:
         return {"speed": 1.0, "scale": 1.0, "stated": True}
-    config = side.config.get("config") if isinstance(side.config.get("config"), dict) else {}
-    schedule = config.get("schedule") if isinstance(config.get("schedule"), dict) else {}
-    stated = {}
-    for name in ("speed", "scale"):
-        for holder in (side.config, config, schedule):
-            value = holder.get(name)
-            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-                stated[name] = float(value)
-                break
+    stated = stated_load(side.config)
     originals = int(requests.original.sum())
     scale = stated.get("scale", len(requests) / originals if originals else 1.0)
     return {

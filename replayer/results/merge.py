@@ -1,7 +1,6 @@
-"""Loop records -> results.parquet rows (RESULT_SCHEMA), token fallback, atomic file writes.
+"""The workers' spooled outcomes -> results.parquet (ResultRow), after the loops have stopped.
 
-Runs in the coordinator after the workers' loops have stopped (never on a loop); the tokenizer
-for answers without usage is loaded here, and only when some answer needs it.
+The tokenizer for answers without usage is loaded here, and only when some answer needs one.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import pyarrow.parquet as pq
 
 from llmreplay.openai_wire.message_text import message_text
 from llmreplay.openai_wire.response import counted_texts, summarize_json, summarize_stream
-from llmreplay.run_format import RESULT_SCHEMA
+from llmreplay.run_format import OUTCOME_COPIED, RESULT_SCHEMA, TRACE_COPIED, ResultRow, result_table
 from llmreplay.sse import SSESplitter
 from replayer.loop.request_file import RequestFields, read_fields, tail_body
 from replayer.loop.result_spool import outcome_of, read_spool
@@ -29,7 +28,7 @@ from replayer.plan.schedule import copy_name
 from replayer.plan.trace_rows import TraceRows
 from replayer.results.sorted_rows import SortedResultsWriter, bucket_bounds
 
-ROWS_PER_BATCH = 2_000  # rows become Arrow this many at a time: a dict row with its chunk offsets is ~8 KB
+ROWS_PER_BATCH = 2_000  # rows become Arrow this many at a time: a row with its chunk offsets is a few KB
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +70,7 @@ def merge_worker_results(
 
     A worker that never started or died leaves no results file: its requests are simply absent."""
     count_tokens = _LazyTokenCounter(tokenizer)
-    anchor_unix_ns, anchor_mono_ns = time.time_ns(), time.perf_counter_ns()
+    clock = RunClock.now(start_ns or 0)
     bounds = bucket_bounds(part.plans.scheduled_offset_ns for part in parts)
     writer = SortedResultsWriter(path, RESULT_SCHEMA, bounds, spill_dir)
     try:
@@ -80,17 +79,9 @@ def merge_worker_results(
                 continue
             built = Requests(read_fields(part.fields_path), part.tails_path)
             for batch in _sent_batches(part):
-                rows = result_rows(
-                    batch,
-                    trace.records([item.plan.record_index for item in batch]),
-                    built,
-                    part.worker,
-                    start_ns or 0,
-                    anchor_unix_ns,
-                    anchor_mono_ns,
-                    count_tokens,
-                )
-                writer.write(rows_to_table(rows))
+                records = trace.records([item.plan.record_index for item in batch])
+                rows = result_rows(batch, records, built, part.worker, clock, count_tokens)
+                writer.write(result_table(rows))
         writer.close()
     except BaseException:
         writer.abort()
@@ -127,92 +118,85 @@ class _LazyTokenCounter:
         return self._count(text)
 
 
+@dataclass(frozen=True, slots=True)
+class RunClock:
+    """The run's offset 0 and one reading of both clocks, to turn a monotonic send time into wall time."""
+
+    start_ns: int  # perf_counter_ns of the schedule's offset 0
+    anchor_unix_ns: int
+    anchor_mono_ns: int
+
+    @classmethod
+    def now(cls, start_ns: int) -> RunClock:
+        return cls(start_ns, time.time_ns(), time.perf_counter_ns())
+
+    def unix_us(self, mono_ns: int) -> int:
+        return (self.anchor_unix_ns + (mono_ns - self.anchor_mono_ns)) // 1000
+
+
 def result_rows(
     sent: Sequence[Sent],
     records: Sequence[dict],
     built: Requests,
     worker: int,
-    start_ns: int,
-    anchor_unix_ns: int,
-    anchor_mono_ns: int,
+    clock: RunClock,
     count_tokens=None,
-) -> list[dict]:
-    """One dict per request; `records[i]`: the trace row of `sent[i]` (a dict of its columns);
+) -> list[ResultRow]:
+    """One row per request; `records[i]`: the trace row of `sent[i]` (a dict of its columns);
     `count_tokens(text) -> int` fills in counts the server did not report."""
-    fields = built.fields
     rows = []
     for item, record in zip(sent, records, strict=True):
-        plan = item.plan
-        scheduled_abs = start_ns + plan.scheduled_offset_ns
-        row = {
-            "request_id": copy_name(record["request_id"], plan.copy_index),
-            "session_id": None
-            if record["session_id"] is None
-            else copy_name(record["session_id"], plan.copy_index),
-            "turn_index": record["turn_index"],
-            "parent_request_id": record["parent_request_id"],
-            "arrival_time": record["arrival_time"],
-            "endpoint": record["endpoint"],
-            "model": fields.model(plan.index),
-            "stream": record["stream"],
-            "tools_count": record["tools_count"],
-            "tool_choice": record["tool_choice"],
-            "structured_output": record["structured_output"],
-            "max_tokens": record["max_tokens"],
-            "source_request_id": record["request_id"],
-            "copy_index": plan.copy_index,
-            "worker": worker,
-            "scheduled_offset_ns": plan.scheduled_offset_ns,
-            "session_wait_ns": max(0, item.due_ns - scheduled_abs),
-            "recorded_prompt_tokens": record["prompt_tokens"],
-            "recorded_completion_tokens": record["completion_tokens"],
-            "requested_completion_tokens": fields.requested(plan.index),
-        }
+        row = _planned(item, record, built.fields, worker, clock)
         if item.shed:
-            row["error_kind"] = "shed_by_client"
+            row.error_kind = "shed_by_client"
         else:
-            _measured(row, item, built, start_ns, anchor_unix_ns, anchor_mono_ns, count_tokens)
+            _measured(row, item, built, clock, count_tokens)
         rows.append(row)
     return rows
 
 
-def _measured(row, item: Sent, built: Requests, start_ns, anchor_unix_ns, anchor_mono_ns, count_tokens):
-    out = item.outcome
-    row.update(
-        http_status=out.http_status,
-        error_kind=out.error_kind,
-        error_detail=None if out.error_kind is None else out.error_detail,  # scrubbed by the worker's spool
-        retry_after_ms=out.retry_after_ms,
-        tool_calls_count=out.tool_calls_count,
-        ttfb_ns=out.ttfb_ns,
-        ttft_ns=out.ttft_ns,
-        e2e_ns=out.e2e_ns,
-        chunk_offsets_ns=None if out.chunk_offsets_ns is None else list(out.chunk_offsets_ns),
-        finish_reason=out.finish_reason,
-        sent_offset_ns=out.sent_ns - start_ns,
-        dispatch_lag_ns=out.sent_ns - item.due_ns,
-        sent_time=(anchor_unix_ns + (out.sent_ns - anchor_mono_ns)) // 1000,
+def _planned(item: Sent, record: dict, fields: RequestFields, worker: int, clock: RunClock) -> ResultRow:
+    """The row as far as the plan, the trace and the request sent tell it."""
+    plan = item.plan
+    session_id = record["session_id"]
+    return ResultRow(
+        **{name: record[name] for name in TRACE_COPIED},
+        request_id=copy_name(record["request_id"], plan.copy_index),
+        session_id=None if session_id is None else copy_name(session_id, plan.copy_index),
+        model=fields.model(plan.index),
+        source_request_id=record["request_id"],
+        copy_index=plan.copy_index,
+        worker=worker,
+        scheduled_offset_ns=plan.scheduled_offset_ns,
+        session_wait_ns=max(0, item.due_ns - (clock.start_ns + plan.scheduled_offset_ns)),
+        recorded_prompt_tokens=record["prompt_tokens"],
+        recorded_completion_tokens=record["completion_tokens"],
+        requested_completion_tokens=fields.requested(plan.index),
     )
+
+
+def _measured(row: ResultRow, item: Sent, built: Requests, clock: RunClock, count_tokens) -> None:
+    out = item.outcome
+    for name in OUTCOME_COPIED:
+        setattr(row, name, getattr(out, name))
+    if out.error_kind is not None:
+        row.error_detail = out.error_detail  # scrubbed by the worker's spool
+    row.sent_offset_ns = out.sent_ns - clock.start_ns
+    row.dispatch_lag_ns = out.sent_ns - item.due_ns
+    row.sent_time = clock.unix_us(out.sent_ns)
     usage = out.usage
     if usage is not None:
         details = usage.get("prompt_tokens_details")
-        row.update(
-            prompt_tokens=_int(usage.get("prompt_tokens")),
-            completion_tokens=_int(usage.get("completion_tokens")),
-            cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, dict) else None,
-            token_source="server_usage",
-        )
+        row.prompt_tokens = _int(usage.get("prompt_tokens"))
+        row.completion_tokens = _int(usage.get("completion_tokens"))
+        row.cached_tokens = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
+        row.token_source = "server_usage"
     elif out.response_text_bytes is not None and count_tokens is not None:
         index = item.plan.index
-        row.update(
-            prompt_tokens=count_tokens(prompt_text(built.body(index))),
-            completion_tokens=sum(
-                count_tokens(text)
-                for text in response_texts(out.response_text_bytes, built.fields.streams[index])
-                if text
-            ),
-            token_source="tokenizer",
-        )
+        row.prompt_tokens = count_tokens(prompt_text(built.body(index)))
+        texts = response_texts(out.response_text_bytes, built.fields.streams[index])
+        row.completion_tokens = sum(count_tokens(text) for text in texts if text)
+        row.token_source = "tokenizer"
 
 
 def _int(value) -> int | None:
@@ -246,10 +230,6 @@ def _json_or_none(data: bytes):
     except orjson.JSONDecodeError:
         return None
     return obj if isinstance(obj, dict) else None
-
-
-def rows_to_table(rows: list[dict]) -> pa.Table:
-    return pa.Table.from_pylist(rows, schema=RESULT_SCHEMA)
 
 
 def write_parquet_atomic(path: Path, table: pa.Table) -> None:

@@ -1,8 +1,10 @@
 """The run format (run.json + results.parquet): a golden run per version reads, a column added by a
-minor version reads as nulls, an unknown major version is refused."""
+minor version reads as nulls, a newer minor reads, another major is refused; ResultRow is the columns
+written and RunInfo writes the golden run.json of its version."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -13,7 +15,24 @@ from click.testing import CliRunner
 
 from llmreplay.cli import cli
 from llmreplay.errors import BadInput
-from llmreplay.run_format import ADDED_COLUMNS, RESULT_SCHEMA, RESULTS_FILE, RUN_FILE, RUN_FORMAT_VERSION
+from llmreplay.run_format import (
+    ADDED_COLUMNS,
+    METADATA_KEY,
+    RESULT_SCHEMA,
+    RESULTS_FILE,
+    RUN_FILE,
+    RUN_FORMAT_VERSION,
+    ResultRow,
+    RunCounts,
+    RunInfo,
+    RunMachine,
+    RunTarget,
+    RunTrace,
+    result_table,
+    stated_load,
+    write_run_info,
+)
+from llmreplay.trace_arrow import trace_schema
 from replayer.compare.inputs import load_side
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -67,4 +86,81 @@ def test_a_missing_column_that_no_minor_version_added_is_bad_input(tmp_path):
     table = pq.read_table(run / RESULTS_FILE).drop_columns(["dispatch_lag_ns"])
     pq.write_table(table, run / RESULTS_FILE)
     with pytest.raises(BadInput, match="column 'dispatch_lag_ns' is missing"):
+        load_side(run, "candidate")
+
+
+CURRENT = ROOT / "samples" / "golden" / f"run-v{RUN_FORMAT_VERSION}"
+NESTED = {"target": RunTarget, "trace": RunTrace, "machine": RunMachine, "counts": RunCounts}
+
+
+def _golden_info() -> RunInfo:
+    data = json.loads((CURRENT / RUN_FILE).read_text())
+    return RunInfo(**{key: NESTED[key](**value) if key in NESTED else value for key, value in data.items()})
+
+
+def test_result_row_fields_are_the_columns_written():
+    assert [f.name for f in dataclasses.fields(ResultRow)] == RESULT_SCHEMA.names
+    assert pq.read_schema(CURRENT / RESULTS_FILE).equals(RESULT_SCHEMA)  # types and nullability too
+    row = ResultRow(
+        request_id="r1#c1",
+        turn_index=0,
+        arrival_time=1_700_000_000_000_000,
+        endpoint="chat_completions",
+        stream=True,
+        tools_count=0,
+        structured_output="none",
+        source_request_id="r1",
+        copy_index=1,
+        worker=0,
+        scheduled_offset_ns=5,
+        session_wait_ns=0,
+        error_kind="shed_by_client",
+    )
+    [back] = result_table([row]).to_pylist()
+    assert (
+        back["request_id"] == "r1#c1" and back["error_kind"] == "shed_by_client" and back["ttft_ns"] is None
+    )
+    with pytest.raises(TypeError, match="source_request_id"):  # a column that is never null must be given
+        ResultRow(**{k: v for k, v in dataclasses.asdict(row).items() if k != "source_request_id"})
+
+
+def test_columns_named_like_the_trace_have_its_types():
+    trace_types = {f.name: f.type for f in trace_schema(False)}
+    shared = [f for f in RESULT_SCHEMA if f.name in trace_types]
+    assert len(shared) == 25 and all(f.type == trace_types[f.name] for f in shared)
+
+
+def test_run_info_writes_the_golden_run_json_of_its_version(tmp_path):
+    write_run_info(tmp_path, _golden_info())
+    assert (tmp_path / RUN_FILE).read_bytes() == (CURRENT / RUN_FILE).read_bytes().rstrip(b"\n")
+
+
+def test_speed_and_scale_are_read_from_one_place():
+    assert stated_load(json.loads((CURRENT / RUN_FILE).read_text())) == {"speed": 20.0, "scale": 1.0}
+    assert stated_load({"speed": 3.0, "config": {"speed": 3.0}}) == {}  # not where a run states them
+    assert stated_load({"config": {"schedule": {"speed": True, "scale": -1, "seed": 0}}}) == {}
+
+
+def test_a_newer_minor_version_reads(tmp_path):
+    run = tmp_path / "newer"
+    shutil.copytree(CURRENT, run)
+    data = json.loads((run / RUN_FILE).read_text())
+    (run / RUN_FILE).write_text(json.dumps({**data, "run_format_version": "1.9", "added_in_1_9": {"x": 1}}))
+    assert load_side(run, "candidate").table.num_rows == EXPECTED[CURRENT.name]["rows"]
+
+
+def test_a_results_file_of_a_newer_major_is_refused_without_its_run_json(tmp_path):
+    table = pq.read_table(CURRENT / RESULTS_FILE)
+    table = table.replace_schema_metadata({METADATA_KEY: json.dumps({"run_format_version": "2.3"})})
+    pq.write_table(table, tmp_path / RESULTS_FILE)
+    with pytest.raises(BadInput, match="run format version 2.3 is not supported") as refused:
+        load_side(tmp_path / RESULTS_FILE, "candidate")
+    assert "\n" not in str(refused.value)
+
+
+def test_a_column_of_the_version_a_run_states_must_be_there(tmp_path):
+    run = tmp_path / "odd"
+    shutil.copytree(CURRENT, run)  # 1.1 states error_detail: lacking it is not an older run
+    pq.write_table(pq.read_table(run / RESULTS_FILE).drop_columns(["error_detail"]), run / RESULTS_FILE)
+    with pytest.raises(BadInput, match="column 'error_detail' is missing"):
         load_side(run, "candidate")
