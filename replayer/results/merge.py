@@ -6,7 +6,6 @@ The tokenizer for answers without usage is loaded here, and only when some answe
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ import pyarrow.parquet as pq
 
 from llmreplay.openai_wire.message_text import message_text
 from llmreplay.openai_wire.response import counted_texts, summarize_json, summarize_stream
+from llmreplay.output_paths import publish, temp_path
 from llmreplay.run_format import OUTCOME_COPIED, RESULT_SCHEMA, TRACE_COPIED, ResultRow, result_table
 from llmreplay.sse import SSESplitter
 from replayer.loop.request_file import RequestFields, read_fields, tail_body
@@ -233,23 +233,10 @@ def _json_or_none(data: bytes):
 
 
 def write_parquet_atomic(path: Path, table: pa.Table) -> None:
-    """Write under a temporary name, fsync, rename: the file exists only when complete."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    """Write under a temporary name, then publish: the file exists only when complete."""
+    tmp = temp_path(path)
     try:
         pq.write_table(table, tmp, compression="zstd")
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_bytes(
-            orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
-        )
-        os.replace(tmp, path)
+        publish(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

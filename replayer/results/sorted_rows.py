@@ -1,11 +1,6 @@
-"""Result rows in completion order -> results.parquet sorted by schedule, one bucket in memory at a time.
-
-Workers finish requests in completion order; the run's file is sorted by (scheduled_offset_ns,
-request_id). Sorting a whole run in memory costs the run's size two or three times over (the rows,
-the sorted copy), so rows are spread instead over buckets of scheduled offsets, each about
-BUCKET_ROWS planned requests (bounds taken from the plans themselves), kept as Arrow IPC files
-next to the run; each bucket is then sorted alone and appended to the Parquet file. Equal offsets
-always share a bucket, so the order is the one a global sort gives.
+"""Result rows in completion order -> results.parquet sorted by (scheduled_offset_ns, request_id), never the
+whole run in memory: rows spill to buckets of about BUCKET_ROWS planned offsets (Arrow IPC files beside the
+run), each sorted alone and appended; equal offsets share a bucket, so the order is a global sort's.
 """
 
 from __future__ import annotations
