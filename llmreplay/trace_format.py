@@ -20,7 +20,7 @@ from llmreplay.openai_wire.endpoints import ENDPOINT_NAMES
 # minor version added reads as nulls, a column the reader does not know is ignored, and a vocabulary
 # value it does not know is kept as it is when the file's minor is newer than the reader's (in a file
 # of the reader's own or an older minor, the writer was wrong: refused). Another major: refused.
-FORMAT_VERSION = "1.1"
+FORMAT_VERSION = "1.2"
 READABLE_MAJOR_VERSIONS = (1,)
 METADATA_KEY = b"llmreplay"
 DEFAULT_BLOCK_SIZE = 512
@@ -116,6 +116,10 @@ class TraceRecord:
     finish_reason: str | None = column(STRING, None)
     # columns whose value was out of range as received: written as null and named here
     invalid_fields: tuple[str, ...] | None = column(list_of(STRING), None, since="1.1")
+    # streamed answers (llmreplay.openai_wire.stream_timing): the first answer token, and the reasoning before it
+    ttfo_ns: int | None = column(INT64, None, since="1.2", bounds=DURATION_NS)
+    reasoning_tokens: int | None = column(INT32, None, since="1.2", bounds=COUNT)
+    reasoning_ns: int | None = column(INT64, None, since="1.2", bounds=DURATION_NS)
     # content traces only: JSON text exactly as the client sent / the engine answered
     content_messages: str | None = column(STRING, None, content=True)  # chat messages array
     content_prompt: str | None = column(STRING, None, content=True)  # completions `prompt` field
@@ -181,7 +185,7 @@ _LIST_COLUMNS = tuple(c.name for c in COLUMNS if item_type(c.type) and c.name !=
 # Column subsets the stages read, named here so every trace name has this one home.
 SESSION_COLUMNS = ("session_id", "turn_index", "parent_request_id", "think_time_ns")
 SAMPLING_COLUMNS = ("temperature", "top_p", "n", "seed")  # passed to the engine as recorded
-LATENCY_COLUMNS = ("ttft_ns", "ttfb_ns", "e2e_ns")  # single intervals from the request's start
+LATENCY_COLUMNS = ("ttft_ns", "ttfo_ns", "ttfb_ns", "e2e_ns")  # single intervals from the request's start
 # What a request body alone determines (the recorder's RequestShape), and the content it carries.
 REQUEST_COLUMNS = (
     "model", "stream", "max_tokens", *SAMPLING_COLUMNS, "stop_present", "tools_count", "tool_choice",
@@ -212,6 +216,7 @@ SCHEDULE_COLUMNS = (
 COMPARED_COLUMNS = (
     "request_id", "arrival_time", "model", "stream", "tools_count", "http_status", "error_kind",
     "prompt_tokens", "completion_tokens", "cached_tokens", "ttft_ns", "e2e_ns", "chunk_offsets_ns",
+    "ttfo_ns", "reasoning_tokens", "reasoning_ns",
 )  # fmt: skip
 # What a Mooncake export is written from (llmreplay.exporters).
 MOONCAKE_EXPORT_COLUMNS = (

@@ -21,6 +21,7 @@ from llmreplay.openai_wire.response import (
     summarize_json,
     summarize_stream,
 )
+from llmreplay.openai_wire.stream_timing import StreamTiming, stream_timing
 from llmreplay.prefix_hash import prefix_block_hashes
 from llmreplay.sse import SSESplitter
 from llmreplay.tokenizers import Tokenizer
@@ -61,9 +62,12 @@ class RecordBuilder:
         if link is LINK_NEW:
             link = self._link_session(cap, request, answer)
         settings = self.settings
-        offsets = None
+        offsets, timing = None, _timing(response)
         if response is not None and _is_sse(cap):
             offsets = tuple(stamp - cap.arrival_ns for stamp in response.token_event_ns)
+            timing = stream_timing(
+                offsets, response.first_answer_index, response.reasoning_events, response.reasoning_tokens
+            )
         last_byte = cap.last_byte_ns
         record = TraceRecord(
             request_id=cap.request_id,
@@ -90,7 +94,10 @@ class RecordBuilder:
                 prefix_block_hashes(tokens.prompt_ids, settings.block_size, settings.key)
             ),
             ttfb_ns=cap.headers_ns - cap.arrival_ns if cap.headers_ns else None,
-            ttft_ns=offsets[0] if offsets else None,
+            ttft_ns=timing.ttft_ns,
+            ttfo_ns=timing.ttfo_ns,
+            reasoning_tokens=timing.reasoning_tokens,
+            reasoning_ns=timing.reasoning_ns,
             e2e_ns=last_byte - cap.arrival_ns if last_byte and cap.status is not None else None,
             chunk_offsets_ns=offsets,
             finish_reason=response.finish_reason if response else None,
@@ -194,6 +201,11 @@ def _parse_request(cap: Capture, problems: list[str], with_content: bool) -> Req
     except ValueError as exc:
         problems.append(str(exc))
         return RequestShape()
+
+
+def _timing(response: ResponseShape | None) -> StreamTiming:
+    """A whole answer has no first-token times; its reasoning tokens are what the usage says."""
+    return StreamTiming(reasoning_tokens=response.reasoning_tokens if response else None)
 
 
 def _is_sse(cap: Capture) -> bool:

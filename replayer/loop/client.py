@@ -22,6 +22,8 @@ import orjson
 
 from llmreplay.error_kinds import error_kind_for_status
 from llmreplay.openai_wire.error_object import error_object_kind
+from llmreplay.openai_wire.stream_timing import stream_timing
+from llmreplay.openai_wire.usage import parse_usage
 from replayer.loop.http_pool import Connection, ConnectionPool
 from replayer.loop.sse import SseStream
 
@@ -90,7 +92,8 @@ class Outcome:
         "ttfo_ns",
         "e2e_ns",
         "chunk_offsets_ns",
-        "reasoning_chunks",
+        "reasoning_tokens",
+        "reasoning_ns",
         "finish_reason",
         "usage",
         "tool_calls_count",
@@ -110,7 +113,8 @@ class Outcome:
         self.ttfo_ns: int | None = None  # first answer token (content, refusal, tool call)
         self.e2e_ns: int | None = None
         self.chunk_offsets_ns: array | None = None  # array("q") from the SSE reader, every channel
-        self.reasoning_chunks = 0
+        self.reasoning_tokens: int | None = None  # of the completion tokens (llmreplay.openai_wire.stream_timing)
+        self.reasoning_ns: int | None = None  # TTFT -> TTFO
         self.finish_reason: str | None = None
         self.usage: dict | None = None
         self.tool_calls_count = 0
@@ -377,12 +381,11 @@ class Exchange:
 
 def _finish_stream(sse: SseStream, outcome: Outcome, raw: list[bytes]) -> None:
     sse.finish(outcome.sent_ns + outcome.e2e_ns)
-    offsets = sse.chunk_offsets_ns
-    if offsets:
-        outcome.ttft_ns = offsets[0]
-    if sse.first_answer >= 0:
-        outcome.ttfo_ns = offsets[sse.first_answer]
-    outcome.reasoning_chunks = sse.reasoning_chunks
+    first = sse.first_answer if sse.first_answer >= 0 else None
+    reported = parse_usage(sse.usage).reasoning_tokens
+    timing = stream_timing(sse.chunk_offsets_ns, first, sse.reasoning_chunks, reported)
+    outcome.ttft_ns, outcome.ttfo_ns = timing.ttft_ns, timing.ttfo_ns
+    outcome.reasoning_tokens, outcome.reasoning_ns = timing.reasoning_tokens, timing.reasoning_ns
     outcome.finish_reason = sse.finish_reason
     outcome.usage = sse.usage
     outcome.tool_calls_count = len(sse.tool_call_ids)
@@ -414,6 +417,7 @@ def _read_whole(body: bytes, content_type: str, outcome: Outcome, asked_stream: 
     if asked_stream:
         outcome.fail("invalid_response", f"asked for a stream, got {content_type or 'no content type'}")
     outcome.usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else None
+    outcome.reasoning_tokens = parse_usage(outcome.usage).reasoning_tokens
     choices = obj.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         outcome.finish_reason = choices[0].get("finish_reason")

@@ -33,6 +33,8 @@ GOLDEN = sorted((SAMPLES / "golden").glob("trace-v*.parquet"))
 # What each golden file must still read as. Recipes (each written once, never regenerated):
 #   v1.0: .venv/bin/python samples/make_content_sample.py --sessions 6 --seed 8 -o samples/golden/trace-v1.0.parquet
 #   v1.1: v1.0's rows, with row 3's max_tokens (2**31) and retry_after_ms (10**20) nulled by bounded_row
+#   v1.2: v1.1's rows; each streamed answer gets ttfo_ns = chunk_offsets_ns[r], reasoning_tokens = r and
+#         reasoning_ns = ttfo_ns - ttft_ns, with r = 8 for session 000 (it reasons) and 0 for the others
 _V1_ROWS = {
     "rows": 21,
     "first_request_id": "chatcmpl-sample-000-00",
@@ -43,6 +45,11 @@ _V1_ROWS = {
 GOLDEN_EXPECTED = {  # columns added after a file's version read as nulls, besides these
     "trace-v1.0.parquet": {**_V1_ROWS, "all_null_columns": {"cached_tokens", "content_prompt"}},
     "trace-v1.1.parquet": {
+        **_V1_ROWS,
+        "all_null_columns": {"cached_tokens", "content_prompt"},
+        "invalid_fields": {"chatcmpl-sample-002-00": ["retry_after_ms", "max_tokens"]},
+    },
+    "trace-v1.2.parquet": {
         **_V1_ROWS,
         "all_null_columns": {"cached_tokens", "content_prompt"},
         "invalid_fields": {"chatcmpl-sample-002-00": ["retry_after_ms", "max_tokens"]},

