@@ -132,7 +132,11 @@ def test_columns_named_like_the_trace_have_its_types():
 
 def test_run_info_writes_the_golden_run_json_of_its_version(tmp_path):
     write_run_info(tmp_path, _golden_info())
-    assert (tmp_path / RUN_FILE).read_bytes() == (CURRENT / RUN_FILE).read_bytes().rstrip(b"\n")
+    written = (tmp_path / RUN_FILE).read_bytes()
+    assert written == (CURRENT / RUN_FILE).read_bytes().rstrip(b"\n"), (
+        "run.json changed: a new key is a new minor RUN_FORMAT_VERSION with a golden run of its own "
+        "(samples/golden/run-vX.Y, see samples/README.md)"
+    )
 
 
 def test_speed_and_scale_are_read_from_one_place():
