@@ -122,7 +122,18 @@ class ReplayConfig:
         help="Bearer token (or env LLMREPLAY_API_KEY / OPENAI_API_KEY); never written anywhere.",
     )
     tokenizer: str | None = option(
-        None, show=DEFAULT_TOKENIZER, help="Tokenizer for synthesized prompts and missing usage."
+        None,
+        show="auto",
+        help=(
+            "Tokenizer prompts are spelled for. auto: the target's own /tokenize (exact, chat template "
+            f"included), else calibrated from 3 probe requests; or {DEFAULT_TOKENIZER}, tiktoken:NAME, "
+            "a tokenizer.json (then calibrated on the target too)."
+        ),
+    )
+    fit_lengths: bool = option(
+        False,
+        flag_value=True,
+        help="Respell recorded content from its shape so the target counts the recorded prompt lengths.",
     )
     connect_timeout_ns: int = option(
         30 * NS_PER_S, flags=("--connect-timeout",), help="TCP connect timeout.", **duration()
@@ -135,6 +146,11 @@ class ReplayConfig:
         flags=("--server-metrics",),
         help="Prometheus URL to scrape every second during the run (checked before the clock starts).",
         **url(),
+    )
+    skip_preflight: bool = option(
+        False,
+        flag_value=True,
+        help="Send no preflight requests (engine version, length forcing, cached tokens, context, features).",
     )
     server_metrics_interval_ns: int = 1 * NS_PER_S
     early_wake_ns: int = 1_000_000  # wake this early from the timer, then spin to the deadline

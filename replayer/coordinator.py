@@ -41,9 +41,11 @@ from replayer.plan.request_builder import ENDPOINT_PATHS, BuildOptions
 from replayer.plan.schedule import Schedule, ScheduleInput, build_schedule, schedule_input
 from replayer.plan.sessions import link_sessions, session_codes, shard_by_session
 from replayer.plan.trace_rows import TraceRows, read_trace_rows
+from replayer.preflight import Preflight, preflight_target
 from replayer.results.merge import WorkerPart, merge_worker_results
 from replayer.results.summary import summarize_file
 from replayer.target import TargetInfo, normalise_base_url, probe_metrics, probe_target
+from replayer.target_tokenizer import AUTO, TokenizerChoice, choose_tokenizer, engine_tokenizer_choice
 from replayer.worker_processes import Execution, run_workers
 
 PARTS_DIR = ".parts"
@@ -79,6 +81,7 @@ class Ready:
 
     trace: TraceRows
     target: TargetInfo
+    lengths: TokenizerChoice | None  # how prompts are spelled and counted for the target
     parts: Path
     jobs: list[WorkerJob]
     build_job: BuildJob
@@ -94,7 +97,9 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
     base_url = _check_config(config, run_dir)
     planned = _plan(config)
     target = _check_target(config, base_url, planned)
-    ready = _ready(config, planned, target, _claim(run_dir))
+    preflight = preflight_target(config, target, planned.trace.table, planned.plans.record_index, console)
+    lengths = _prompt_lengths(config, planned, target, console)
+    ready = _ready(config, planned, target, lengths, _claim(run_dir))
     del planned  # the jobs hold each worker's plans
     execution = _execute(config, ready, console)
     result_rows = _merge(config, ready, execution, run_dir)
@@ -107,7 +112,7 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
     )
     if execution.scraper is not None:
         execution.scraper.write(run_dir / SERVER_METRICS_FILE)
-    info = _run_info(config, ready, execution, summary, result_rows)
+    info = _run_info(config, ready, execution, summary, result_rows, preflight)
     write_run_info(run_dir, info)
     return _outcome(run_dir, info)
 
@@ -154,6 +159,20 @@ def _check_target(config: ReplayConfig, base_url: str, planned: Planned) -> Targ
     return target
 
 
+def _prompt_lengths(config: ReplayConfig, planned: Planned, target: TargetInfo, console) -> TokenizerChoice | None:
+    """How prompts will be spelled for the target (replayer.target_tokenizer); None: recorded content only."""
+    trace = planned.trace
+    synthesis = config.fit_lengths or not trace.has_content[planned.plans.record_index].all()
+    model = config.model or (target.models[0] if target.models else None)
+    if synthesis:
+        choice = choose_tokenizer(config.tokenizer, target.base_url, model, config.api_key)
+    else:  # recorded content is only measured, by the target's own tokenizer when it has one
+        choice = engine_tokenizer_choice(target.base_url, model, config.api_key)
+    if choice is not None and console is not None and not config.quiet:
+        console.print(f"prompt lengths: {choice.note}")
+    return choice
+
+
 def _claim(run_dir: Path) -> Path:
     """Make the run directory and its `.parts/`: a replay started into it since the check fails here."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -166,7 +185,9 @@ def _claim(run_dir: Path) -> Path:
     return parts
 
 
-def _ready(config: ReplayConfig, planned: Planned, target: TargetInfo, parts: Path) -> Ready:
+def _ready(
+    config: ReplayConfig, planned: Planned, target: TargetInfo, lengths: TokenizerChoice | None, parts: Path
+) -> Ready:
     """The workers' jobs (their plans, by session) and the job that builds their request bodies."""
     trace, plans = planned.trace, planned.plans
     jobs, shards = _jobs(config, plans, trace, planned.rows, target.base_url, parts)
@@ -175,16 +196,18 @@ def _ready(config: ReplayConfig, planned: Planned, target: TargetInfo, parts: Pa
         model=config.model,
         default_model=target.models[0] if target.models else None,
         seed=config.schedule.seed,
+        fit_lengths=config.fit_lengths,
     )
-    synthesis = not trace.has_content[plans.record_index].all()
+    synthesis = config.fit_lengths or not trace.has_content[plans.record_index].all()
     build_job = BuildJob(
         str(config.trace_path),
         tuple(shards),
         build,
         trace.meta.block_size,
-        config.tokenizer,
+        lengths.spec if lengths is not None else _local_tokenizer(config),
         config.session_header,
         synthesis,
+        api_key=config.api_key,
     )
     counts = {
         "trace_rows": len(trace),
@@ -196,6 +219,7 @@ def _ready(config: ReplayConfig, planned: Planned, target: TargetInfo, parts: Pa
     return Ready(
         trace,
         target,
+        lengths,
         parts,
         jobs,
         build_job,
@@ -221,7 +245,7 @@ def _merge(config: ReplayConfig, ready: Ready, execution: Execution, run_dir: Pa
         for j in ready.jobs
     ]
     result_rows = merge_worker_results(
-        parts, ready.trace, execution.start_mono_ns, config.tokenizer, run_dir / RESULTS_FILE, ready.parts
+        parts, ready.trace, execution.start_mono_ns, _local_tokenizer(config), run_dir / RESULTS_FILE, ready.parts
     )
     for job in ready.jobs:
         for path in (job.results_path, partial_path(Path(job.results_path)), job.tails_path, job.fields_path):
@@ -231,7 +255,12 @@ def _merge(config: ReplayConfig, ready: Ready, execution: Execution, run_dir: Pa
 
 
 def _run_info(
-    config: ReplayConfig, ready: Ready, execution: Execution, summary: dict, result_rows: int
+    config: ReplayConfig,
+    ready: Ready,
+    execution: Execution,
+    summary: dict,
+    result_rows: int,
+    preflight: Preflight | None,
 ) -> RunInfo:
     """run.json's contents, once the results are merged and summarized."""
     target, trace = ready.target, ready.trace
@@ -240,7 +269,7 @@ def _run_info(
         config=config.public_dict(),
         target=RunTarget(target.base_url, target.engine, target.detected_from, list(target.models)),
         trace=RunTrace(str(config.trace_path), [str(f) for f in trace.files], dataclasses.asdict(trace.meta)),
-        tokenizer=config.tokenizer or DEFAULT_TOKENIZER,
+        tokenizer=ready.lengths.spec if ready.lengths is not None else _local_tokenizer(config) or DEFAULT_TOKENIZER,
         versions=_versions(),
         machine=RunMachine.this_one(),
         started_unix_ns=execution.started_unix_ns,
@@ -257,7 +286,13 @@ def _run_info(
         schedule_span_s=ready.span_ns / 1e9,
         server_metrics=execution.scraper_info,
         summary=summary,
+        preflight=None if preflight is None else preflight.as_dict(),
     )
+
+
+def _local_tokenizer(config: ReplayConfig) -> str | None:
+    """The local tokenizer that counts answers without usage after the run (never an engine's)."""
+    return None if config.tokenizer in (None, AUTO) else config.tokenizer
 
 
 def _outcome(run_dir: Path, info: RunInfo) -> RunOutcome:

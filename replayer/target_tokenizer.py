@@ -28,16 +28,25 @@ class TokenizerChoice:
         return asdict(self)
 
 
+def engine_tokenizer_choice(
+    base_url: str, model: str | None, api_key: str | None = None
+) -> TokenizerChoice | None:
+    """The target's own tokenizer when it has /tokenize, else None (nothing is probed beyond that)."""
+    dialect = detect_dialect(base_url, model, api_key) if model else None
+    if dialect is None:
+        return None
+    engine = EngineTokenizer(base_url, model, dialect, api_key)
+    return TokenizerChoice(engine.spec, "engine", True, f"the target's own /tokenize ({dialect})")
+
+
 def choose_tokenizer(
     flag: str | None, base_url: str, model: str | None, api_key: str | None = None
 ) -> TokenizerChoice:
     """The engine's tokenizer for `auto` when it has /tokenize; otherwise a calibrated local one."""
     local_spec = None if flag in (None, AUTO) else flag
-    if local_spec is None and model:
-        dialect = detect_dialect(base_url, model, api_key)
-        if dialect is not None:
-            engine = EngineTokenizer(base_url, model, dialect, api_key)
-            return TokenizerChoice(engine.spec, "engine", True, f"the target's own /tokenize ({dialect})")
+    found = engine_tokenizer_choice(base_url, model, api_key) if local_spec is None else None
+    if found is not None:
+        return found
     name = local_spec or DEFAULT_TOKENIZER
     local = load_tokenizer(local_spec)
     try:

@@ -77,7 +77,7 @@ def write_requests(job: BuildJob) -> Prepared:
 
     started = time.perf_counter()
     shards, build, session_header = job.shards, job.build, job.session_header
-    tokenizer = _tokenizer(job) if job.synthesis else None
+    tokenizer = _tokenizer(job) if job.synthesis or _counts_on_target(job.tokenizer) else None
     speller = _speller(tokenizer, job.block_size) if job.synthesis else None
     fitter = PromptFitter(tokenizer) if hasattr(tokenizer, "count_chat") else None
     writers = [RequestFileWriter(s.tails_path, s.fields_path) for s in shards]
@@ -129,6 +129,13 @@ def _ignore_sigint() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+
+
+def _counts_on_target(spec: str | None) -> bool:
+    """The tokenizer is the target's own: recorded content is counted on it before the clock."""
+    from llmreplay.engine_tokenizer import SPEC_PREFIX
+
+    return spec is not None and spec.startswith(SPEC_PREFIX)
 
 
 def _tokenizer(job: BuildJob):

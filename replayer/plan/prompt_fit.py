@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 MAX_ROUNDS = 4
-TRUST_AFTER = 8  # a layout whose correction was right this many times in a row is trusted ...
-SAMPLE_EVERY = 16  # ... and re-counted once in this many prompts (a miss ends the trust)
+TRUST_AFTER = 32  # a layout whose correction was right this many times in a row is trusted ...
+SAMPLE_EVERY = 8  # ... and re-counted once in this many prompts (a miss ends the trust)
+MEASURE_MAX = 1000  # recorded content counted on the target before the clock: the first this many
 
 
 class ChatCounter(Protocol):
@@ -78,6 +79,8 @@ class PromptFitter:
 
     def measure_chat(self, recorded: int, messages: list, tools: list | None) -> None:
         """Count recorded content on the target without changing it (reported before the clock)."""
+        if len(self.stats.content_errors) >= MEASURE_MAX:
+            return
         counted = self.counter.count_chat(messages, tools)
         self.stats.calls += 1
         self.stats.content_errors.append(counted / max(recorded, 1) - 1.0)
