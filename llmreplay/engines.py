@@ -24,6 +24,14 @@ class Probe:
 
 
 @dataclass(frozen=True, slots=True)
+class Lookup:
+    """GET `path`; the value found by following `keys` (object keys or list indices) in its JSON answer."""
+
+    path: str
+    keys: tuple[str | int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PrometheusNames:
     """The engine's own names for what a queue forms from; None where it exposes none."""
 
@@ -53,6 +61,9 @@ class Engine:
     stream_usage: tuple[str, ...] = ()  # `stream_options` keys it honours for usage in a stream
     metrics_path: str | None = None  # its Prometheus endpoint, None when it has none
     metrics: PrometheusNames = field(default_factory=PrometheusNames)
+    version: Lookup | None = None  # where it states its version (replayer.preflight)
+    context_tokens: Lookup | None = None  # where it states its context length, prompt + output
+    refusal_fixes: tuple[tuple[str, str], ...] = ()  # (feature refused by default, server flag to fix)
 
     @property
     def forces_length(self) -> bool:
@@ -84,6 +95,9 @@ ENGINES: tuple[Engine, ...] = (
             prefix_cache_hits="vllm:prefix_cache_hits_total",
             preemptions="vllm:num_preemptions_total",
         ),
+        version=Lookup("/version", ("version",)),
+        context_tokens=Lookup("/v1/models", ("data", 0, "max_model_len")),
+        refusal_fixes=(("tools", "--enable-auto-tool-choice --tool-call-parser <parser>"),),
     ),
     Engine(
         "sglang",
@@ -105,6 +119,9 @@ ENGINES: tuple[Engine, ...] = (
             kv_cache_usage="sglang:token_usage",
             prefix_cache_hit_rate="sglang:cache_hit_rate",
         ),
+        version=Lookup("/get_server_info", ("version",)),
+        context_tokens=Lookup("/v1/models", ("data", 0, "max_model_len")),
+        refusal_fixes=(("tools", "--tool-call-parser <parser>"),),
     ),
     Engine(
         "trtllm",
@@ -141,6 +158,9 @@ ENGINES: tuple[Engine, ...] = (
         stream_usage=("include_usage",),
         metrics_path="/metrics",  # with --metrics
         metrics=PrometheusNames(running="llamacpp:requests_processing", waiting="llamacpp:requests_deferred"),
+        version=Lookup("/props", ("build_info",)),
+        context_tokens=Lookup("/props", ("default_generation_settings", "n_ctx")),  # per slot
+        refusal_fixes=(("tools", "--jinja"),),
     ),
     Engine(
         "ollama",

@@ -205,7 +205,7 @@ RUN_COPIED_COLUMNS = (
 PLANNING_COLUMNS = (
     "request_id", "arrival_time", "endpoint", "model", *SESSION_COLUMNS, "stream", "error_kind",
     "prompt_tokens", "completion_tokens", "max_tokens", "e2e_ns", "tools_count", "tool_choice",
-    "structured_output",
+    "structured_output", "n",
 )  # fmt: skip
 # ... of which a schedule is planned from these (replayer.plan.schedule).
 SCHEDULE_COLUMNS = (

@@ -14,7 +14,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
-from llmreplay.engines import DEFAULT, ENGINES, Engine, Probe
+from llmreplay.engines import DEFAULT, ENGINES, Engine, Lookup, Probe
 from llmreplay.errors import BadInput
 from llmreplay.options import http_url
 
@@ -100,6 +100,24 @@ def probe_target(base_url: str, engine: str, api_key: str | None, timeout_s: flo
     if found is None:
         return TargetInfo(base_url, models, DEFAULT.name, "default")
     return TargetInfo(base_url, models, found[0].name, found[1])
+
+
+def lookup(base_url: str, api_key: str | None, where: Lookup) -> object:
+    """The value at `where` on the target (an engine row's version or context length, asked by the
+    preflight); None when anything on the way is missing."""
+    try:
+        _, body = _fetch(_request(base_url + where.path, api_key), PROBE_TIMEOUT_S)
+        value = json.loads(body)
+    except (ProbeFailed, ValueError):
+        return None
+    for key in where.keys:
+        if isinstance(key, int) and isinstance(value, list) and -len(value) <= key < len(value):
+            value = value[key]
+        elif isinstance(key, str) and isinstance(value, dict):
+            value = value.get(key)
+        else:
+            return None
+    return value
 
 
 def _detect(base_url: str, api_key: str | None, owners: str, server: str) -> tuple[Engine, str] | None:

@@ -92,7 +92,7 @@ def build_request(
                 fitter.measure_chat(record.prompt_tokens, body["messages"], tools)
         if tools:
             body["tools"] = tools
-            choice = _tool_choice(record.tool_choice, tools)
+            choice = tool_choice_field(record.tool_choice, tools)
             if choice is not None:
                 body["tool_choice"] = choice
     elif fit:
@@ -107,16 +107,22 @@ def build_request(
         body["stream_options"] = {"include_usage": True}
     wanted = requested_tokens(record, plan)
     if wanted is not None:
-        body["max_tokens"] = wanted
-        for name, kind in BY_NAME[options.engine].force_length:
-            if kind == FLOOR and plan.cancel_after_tokens is not None:
-                continue  # the engine must be free to stop where the recorded client hung up
-            body[name] = True if kind == FLAG else wanted
+        body.update(length_fields(options.engine, wanted, cancels=plan.cancel_after_tokens is not None))
     for name in SAMPLING_COLUMNS:
         value = getattr(record, name)
         if value is not None:
             body[name] = value
     return BuiltRequest(path, _json_bytes(body), record.stream, wanted)
+
+
+def length_fields(engine: str, wanted: int, cancels: bool = False) -> dict:
+    """max_tokens and the engine row's length-forcing fields for `wanted` output tokens."""
+    fields: dict = {"max_tokens": wanted}
+    for name, kind in BY_NAME[engine].force_length:
+        if kind == FLOOR and cancels:
+            continue  # the engine must be free to stop where the recorded client hung up
+        fields[name] = True if kind == FLAG else wanted
+    return fields
 
 
 def _json_bytes(obj) -> bytes:
@@ -125,7 +131,8 @@ def _json_bytes(obj) -> bytes:
     return bytes(memoryview(orjson.dumps(obj)))
 
 
-def _tool_choice(recorded: str | None, tools: list) -> object:
+def tool_choice_field(recorded: str | None, tools: list) -> object:
+    """The request's `tool_choice` for the trace's value (None: not sent); "function" names the first tool."""
     if recorded is None:
         return None
     if recorded == "function":
