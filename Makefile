@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PYTHON312 := $(shell for c in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 /usr/bin/python3.12; do \
 	$$c -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && { echo $$c; break; }; done)
 
-.PHONY: venv demo test test-engines lint bench clean
+.PHONY: venv demo test test-fast test-engines lint bench clean
 
 venv: $(STAMP)
 
@@ -27,6 +27,10 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	$(VENV)/bin/pytest -q --ignore=tests/engines
+
+# in-process tests only (no test marked e2e: those start processes), in under a minute
+test-fast: $(STAMP) lint
+	$(VENV)/bin/pytest -q -m "not e2e" --ignore=tests/engines
 
 # Real engines (vLLM CPU, llama.cpp llama-server) built once into ~/.cache/llmreplay/engines (or the
 # folder in LLMREPLAY_ENGINE_CACHE): ~7-12 min cold for the llama.cpp build, seconds when cached. An engine whose

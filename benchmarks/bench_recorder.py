@@ -15,18 +15,17 @@ import argparse
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import orjson
 import psutil
+from _support import free_port, wait_http_ok
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -66,25 +65,6 @@ async def serve_bare(port: int, upstream: str, stream: bool) -> None:
 
 
 # -- processes -----------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_ok(url: str, proc: subprocess.Popen, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"process for {url} exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"{url} not ready")
-
-
 @dataclass
 class Path_:
     name: str
@@ -95,7 +75,7 @@ class Path_:
 
 def start(cmd: list[str], ready: str, log: Path, cwd: Path = ROOT) -> subprocess.Popen:
     proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT, cwd=cwd)
-    wait_ok(ready, proc)
+    wait_http_ok(ready, proc, log=log)
     return proc
 
 

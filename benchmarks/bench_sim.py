@@ -13,15 +13,16 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
+from _support import free_port, wait_http_ok
+
 ROOT = Path(__file__).resolve().parent.parent
+
 SIM_CPU, CLIENT_CPU = 0, 1
 # An engine fast enough that the sim's own CPU, not its model, is the limit being measured.
 BENCH_ENGINE = [
@@ -30,26 +31,17 @@ BENCH_ENGINE = [
 ]  # fmt: skip
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def start_sim(port: int, log: Path, step_ms: float) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "llmreplay.cli", "sim", "--host", "127.0.0.1", "--port", str(port)]
     cmd += [*BENCH_ENGINE, "--decode-base-ms", str(step_ms), "--log", str(log)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.DEVNULL)
     _pin(proc.pid, SIM_CPU)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
-                return proc
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("sim did not start")
+    try:
+        wait_http_ok(f"http://127.0.0.1:{port}/health", proc)
+    except (RuntimeError, TimeoutError):
+        proc.kill()
+        raise
+    return proc
 
 
 PIN = True

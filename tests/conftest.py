@@ -1,11 +1,14 @@
-"""Shared fixtures: real processes on 127.0.0.1 with free ports, always cleaned up."""
+"""Shared fixtures: real processes on 127.0.0.1 with free ports, always cleaned up; a sim in this process."""
 
 from __future__ import annotations
 
+import functools
 import signal
 
 import pytest
-from live_processes import ProcessPool, free_port, llmreplay_cmd
+from live_processes import ProcessPool, start_sim_process
+
+pytest_plugins = ["e2e_marker", "pytester"]
 
 # A suite started in the background by a non-interactive shell (CI scripts, nohup) inherits SIGINT
 # ignored, and so would every process it starts: the Ctrl-C tests could not reach them. A handled
@@ -22,13 +25,15 @@ def processes(tmp_path):
 
 
 @pytest.fixture
-def start_sim(processes, tmp_path):
-    """Start a real `llmreplay sim` on a free port; returns its base URL (http://127.0.0.1:PORT)."""
+def start_sim(processes):
+    """start(*flags, name="sim") -> base URL of a real `llmreplay sim` process on a free port."""
+    return functools.partial(start_sim_process, processes)
 
-    def start(*args: str, name: str = "sim") -> str:
-        port = free_port()
-        cmd = llmreplay_cmd("sim", "--host", "127.0.0.1", "--port", str(port), *args)
-        processes.start(cmd, name, ready_url=f"http://127.0.0.1:{port}/health")
-        return f"http://127.0.0.1:{port}"
 
-    return start
+@pytest.fixture
+def start_sim_in_process():
+    """start(profile=None, **SimConfig fields) -> a started InProcessSim (.url, .log_path) on port 0."""
+    from in_process_sim import sims_in_process  # the sim's imports, only for the tests that use it
+
+    with sims_in_process() as start:
+        yield start

@@ -6,42 +6,23 @@ A module with its own name (not conftest) so test files can import it: several a
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
+from _support import free_port, wait_http_ok  # benchmarks/_support.py: one home for both
+
 from llmreplay.processes import stop_process
+
+__all__ = ["ProcessPool", "free_port", "llmreplay_cmd", "start_sim_process", "wait_http_ok"]
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def llmreplay_cmd(*args: str) -> list[str]:
     """The CLI as a subprocess, with the interpreter running the tests."""
     return [sys.executable, "-m", "llmreplay.cli", *args]
-
-
-def wait_http_ok(url: str, timeout_s: float = 20.0, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"{url} did not answer 200 within {timeout_s}s")
 
 
 class ProcessPool:
@@ -71,3 +52,11 @@ class ProcessPool:
     def stop_all(self) -> None:
         for proc in reversed(self.procs):
             stop_process(proc)
+
+
+def start_sim_process(pool: ProcessPool, *args: str, name: str = "sim") -> str:
+    """A real `llmreplay sim` in `pool` on a free port; its base URL once /health answers."""
+    port = free_port()
+    cmd = llmreplay_cmd("sim", "--host", "127.0.0.1", "--port", str(port), *args)
+    pool.start(cmd, name, ready_url=f"http://127.0.0.1:{port}/health")
+    return f"http://127.0.0.1:{port}"

@@ -21,9 +21,9 @@ def run_sim(config: SimConfig) -> None:
     if config.event_loop == "uvloop":
         import uvloop
 
-        uvloop.run(_serve(config))
+        uvloop.run(serve(config))
     else:
-        asyncio.run(_serve(config))
+        asyncio.run(serve(config))
 
 
 def _check_log_path(log_path: str | None) -> None:
@@ -38,7 +38,8 @@ def _check_log_path(log_path: str | None) -> None:
         raise BadInput(f"--log {log_path}: is a directory")
 
 
-async def _serve(config: SimConfig) -> None:
+async def serve(config: SimConfig, stop: asyncio.Event | None = None, on_listening=None) -> None:
+    """Serve until `stop` is set (None: until SIGTERM/SIGINT); `on_listening(port)` once bound."""
     from aiohttp import web
 
     from llmreplay.sim.read_stamps import stamp_reads
@@ -64,16 +65,18 @@ async def _serve(config: SimConfig) -> None:
     except OSError as exc:
         await runner.cleanup()
         raise BadInput(f"--host {config.host} --port {config.port}: cannot listen ({exc.strerror})") from None
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    if stop is None:
+        stop = asyncio.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     port = site._server.sockets[0].getsockname()[1] if site._server else config.port
     print(
         f"llmreplay sim: serving {', '.join(config.models)} on http://{config.host}:{port}",
         file=sys.stderr,
         flush=True,
     )
+    if on_listening is not None:
+        on_listening(port)
     await stop.wait()
     server.begin_shutdown()
     await runner.cleanup()

@@ -46,10 +46,11 @@ class ReadClock:
     in `Exchange.data_received`, inline: a call per read costs.
     """
 
-    __slots__ = ("next_due_ns", "on_due", "batch_ns", "backlog", "_loop", "_after_pass_due")
+    __slots__ = ("now_ns", "next_due_ns", "on_due", "batch_ns", "backlog", "_loop", "_after_pass_due")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.next_due_ns = NEVER_NS  # the dispatcher's next deadline (perf_counter_ns)
+    def __init__(self, loop: asyncio.AbstractEventLoop, now_ns=time.perf_counter_ns):
+        self.now_ns = now_ns  # the runner's clock (replayer.loop.clock)
+        self.next_due_ns = NEVER_NS  # the dispatcher's next deadline (now_ns)
         self.on_due = None  # called with no argument once a read sees that deadline pass
         self.batch_ns = 0  # the stamp of this pass's reads; 0 between passes
         self.backlog: deque[Exchange] = deque()  # exchanges with stashed, unparsed reads
@@ -67,7 +68,7 @@ class ReadClock:
         """End the pass's timestamp batch; parse stashed reads for one slice, the rest after a poll."""
         self.batch_ns = 0
         backlog = self.backlog
-        clock = time.perf_counter_ns
+        clock = self.now_ns
         deadline = clock() + PARSE_SLICE_NS
         while backlog:
             backlog.popleft().parse_pending()
@@ -217,7 +218,7 @@ class Exchange:
         self._parser = httptools.HttpResponseParser(self)
         conn.transport.set_protocol(self)
         outcome = self.outcome
-        outcome.sent_ns = self.last_ns = self._read_ns = time.perf_counter_ns()
+        outcome.sent_ns = self.last_ns = self._read_ns = self._clock.now_ns()
         outcome.on_wire = True
         conn.transport.write(request)
 
@@ -228,7 +229,7 @@ class Exchange:
             return
         self.outcome.stop_reason = reason
         self.outcome.fail(reason, detail)
-        self._end(False, time.perf_counter_ns())
+        self._end(False, self._clock.now_ns())
 
     def abort(self) -> None:
         """Drop the connection at once, unflushed (the worker is exiting: nothing more may be sent)."""
@@ -240,7 +241,7 @@ class Exchange:
     def data_received(self, data: bytes) -> None:
         """Stamp the read (ReadClock's rules) and stash it for parsing after the loop's pass."""
         clock = self._clock
-        now = time.perf_counter_ns()
+        now = clock.now_ns()
         if now >= clock.next_due_ns:
             clock.on_due()
         if clock.batch_ns == 0:
@@ -291,11 +292,11 @@ class Exchange:
         self._conn = None
         if self._state in (_SSE, _WHOLE, _ERROR) and not self._length_known and exc is None:
             # a body delimited by the end of the connection is complete
-            self._end(False, time.perf_counter_ns())
+            self._end(False, self._clock.now_ns())
             return
         detail = f"{type(exc).__name__}: {exc}"[:200] if exc else "the server closed the connection"
         self.outcome.fail("connection_reset", detail)
-        self._end(False, time.perf_counter_ns())
+        self._end(False, self._clock.now_ns())
 
     # -- httptools callbacks ----------------------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from replayer.loop.client import NEVER_NS, Exchange, Outcome, ReadClock
-from replayer.loop.deadline_timer import DeadlineTimer
+from replayer.loop.clock import Clock, SystemClock
 from replayer.loop.http_pool import ConnectionPool, Endpoint
 from replayer.plan.sessions import session_due_ns
 
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
 USER_AGENT = "llmreplay"
 WATCHDOG_MAX_INTERVAL_NS = 1_000_000_000
 WATCHDOG_MIN_INTERVAL_NS = 10_000_000
-TIMERFD_EARLY_WAKE_NS = 250_000  # a timerfd wake-up's p99 lateness on a 2-vCPU VM was 0.23 ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +35,7 @@ class LoopSettings:
     """What the loop needs from ReplayConfig, resolved for one worker."""
 
     endpoint: Endpoint
-    start_ns: int  # perf_counter_ns() of the run's offset 0, shared by all workers
+    start_ns: int  # the clock's now_ns() (perf_counter_ns) at the run's offset 0, shared by all workers
     max_inflight: int
     duration_ns: int | None
     grace_ns: int
@@ -54,7 +52,7 @@ class Sent:
 
     def __init__(self, plan: PlannedRequest, due_ns: int, outcome: Outcome | None, shed: bool = False):
         self.plan = plan
-        self.due_ns = due_ns  # absolute perf_counter_ns when it was due (schedule + session wait)
+        self.due_ns = due_ns  # absolute clock ns when it was due (schedule + session wait)
         self.outcome = outcome  # None when shed
         self.shed = shed
 
@@ -81,6 +79,8 @@ class _Call:
 
 
 class Runner:
+    """One worker's loop over its plans; `clock` is its time (a SystemClock unless a test passes a fake)."""
+
     def __init__(
         self,
         plans: PlanArrays,
@@ -88,6 +88,7 @@ class Runner:
         streams: Sequence[bool],
         settings: LoopSettings,
         results=None,
+        clock: Clock | None = None,
     ):
         self.plans = plans
         self.requests = requests  # encoded HTTP request per plan index (may read them as the run goes)
@@ -95,6 +96,8 @@ class Runner:
         self.s = settings
         # finished requests: anything with append(Sent), e.g. a replayer.loop.result_spool.ResultSpool
         self.results = [] if results is None else results
+        self.clock = clock  # None: a SystemClock on the running loop
+        self._now = None if clock is None else clock.now_ns  # bound once: called per request
         self.counters = Counters()
         self.stopping = False
         self.stop_reason = "completed"  # | "duration" (it cut the schedule) | "interrupted" | "orphaned"
@@ -105,8 +108,7 @@ class Runner:
         self._dispatcher: asyncio.Future | None = None
         self._idle = asyncio.Event()
         self._pool: ConnectionPool | None = None
-        self._clock: ReadClock | None = None
-        self._timer: DeadlineTimer | None = None
+        self._reads: ReadClock | None = None
         self._heads = plans.heads()  # sent on schedule; the rest follow
         self._head_i = 0
 
@@ -116,10 +118,12 @@ class Runner:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.stop, "interrupted")
         s = self.s
+        if self.clock is None:
+            self.clock = SystemClock(loop)
+        self._now = self.clock.now_ns
         self._pool = ConnectionPool(s.endpoint, s.connect_timeout_ns / 1e9, s.warm_connections)
-        self._clock = ReadClock(loop)
-        self._clock.on_due = self._send_due_heads
-        self._timer = DeadlineTimer.create(loop)
+        self._reads = ReadClock(loop, self._now)
+        self._reads.on_due = self._send_due_heads
         watchdog = loop.create_task(self._watch_reads())
         if s.duration_ns is not None:  # stop sending then; in-flight requests get the grace period
             self._end_of_duration()
@@ -137,8 +141,7 @@ class Runner:
                 self._duration_stop.cancel()
             watchdog.cancel()
             self._pool.close()
-            if self._timer is not None:
-                self._timer.close()
+            self.clock.close()
         return self.results
 
     def stop(self, reason: str = "interrupted") -> None:
@@ -148,8 +151,8 @@ class Runner:
             return
         self.stopping = True
         self.stop_reason = reason
-        if self._clock is not None:
-            self._clock.next_due_ns = NEVER_NS
+        if self._reads is not None:
+            self._reads.next_due_ns = NEVER_NS
         if self._dispatcher is not None:
             self._dispatcher.cancel()
         for task in list(self._waiting):
@@ -162,9 +165,9 @@ class Runner:
         """At start + duration (one loop timer for the run): send what fell due before it, even when
         the loop is late to get here, then stop; re-armed when the loop's timer fires early."""
         end_ns = self.s.start_ns + self.s.duration_ns
-        left_ns = end_ns - time.perf_counter_ns()
+        left_ns = end_ns - self._now()
         if left_ns > 0:
-            self._duration_stop = asyncio.get_running_loop().call_later(left_ns / 1e9, self._end_of_duration)
+            self._duration_stop = self.clock.call_later(left_ns, self._end_of_duration)
             return
         self._duration_stop = None
         if self.stopping:
@@ -181,8 +184,8 @@ class Runner:
         aborted (not flushed), so not one more byte goes to the target; the caller exits next."""
         self.stopping = True
         self.stop_reason = "orphaned"
-        if self._clock is not None:
-            self._clock.next_due_ns = NEVER_NS
+        if self._reads is not None:
+            self._reads.next_due_ns = NEVER_NS
         for call in list(self._calls):
             if call.exchange is not None:
                 call.exchange.abort()
@@ -191,7 +194,7 @@ class Runner:
 
     async def _warm(self) -> None:
         """Open keep-alive connections before the clock starts, so early sends skip the TCP handshake."""
-        budget_s = (self.s.start_ns - time.perf_counter_ns()) / 1e9 - 0.05
+        budget_s = (self.s.start_ns - self._now()) / 1e9 - 0.05
         if self.s.warm_connections <= 0 or budget_s <= 0:
             return
         try:
@@ -201,20 +204,14 @@ class Runner:
 
     async def _sleep_until(self, due_ns: int, head: bool = False) -> None:
         """A timer until shortly before the deadline, then yield to the loop until it (yielding, not
-        spinning, keeps reads timestamped while we wait). The timerfd (replayer.loop.deadline_timer) wakes
-        within ~0.25 ms, the loop's own timers only within a millisecond, so its early margin (and
-        the CPU spent yielding) is a quarter. For a head, returns early once a read has dispatched
-        it (the clock's deadline moved on)."""
-        clock = time.perf_counter_ns
-        timer = self._timer
-        early = self.s.early_wake_ns if timer is None else min(self.s.early_wake_ns, TIMERFD_EARLY_WAKE_NS)
-        remaining = due_ns - clock()
-        if remaining > early:
-            if timer is not None:
-                await timer.wait_until(due_ns - early)
-            else:
-                await asyncio.sleep((remaining - early) / 1e9)
-        watched = self._clock
+        spinning, keeps reads timestamped while we wait). The early margin is capped by how late the
+        clock's waits can be (a timerfd's ~0.25 ms: a quarter of the CPU spent yielding). For a head,
+        returns early once a read has dispatched it (the read clock's deadline moved on)."""
+        clock = self._now
+        early = min(self.s.early_wake_ns, self.clock.wake_lateness_ns)
+        if due_ns - clock() > early:
+            await self.clock.wait_until(due_ns - early)
+        watched = self._reads
         while clock() < due_ns and not (head and watched.next_due_ns != due_ns):
             await asyncio.sleep(0)
 
@@ -225,23 +222,23 @@ class Runner:
         """Send every session head at its deadline; reads may send one first (ReadClock.on_due)."""
         while not self.stopping:
             self._send_due_heads()
-            due = self._clock.next_due_ns
+            due = self._reads.next_due_ns
             if due == NEVER_NS:
                 return
             await self._sleep_until(due, head=True)
 
     def _send_due_heads(self) -> None:
         """Dispatch every head whose deadline has passed; publish the next deadline to the clock."""
-        clock = self._clock
+        clock = self._reads
         clock.next_due_ns = NEVER_NS  # no re-entry from a read while we dispatch
-        heads, i, start = self._heads, self._head_i, self.s.start_ns
+        heads, i, start, now = self._heads, self._head_i, self.s.start_ns, self._now
         while i < len(heads) and not self.stopping:
             due = start + heads[i].scheduled_offset_ns
             if self._past_duration(due):
                 i = len(heads)
                 self.stop_reason = "duration"  # it cut the schedule
                 break
-            if due > time.perf_counter_ns():
+            if due > now():
                 break
             i += 1
             self._dispatch(heads[i - 1], due)
@@ -254,10 +251,10 @@ class Runner:
         if c.inflight >= self.s.max_inflight:
             c.shed += 1
             self.results.append(Sent(plan, due_ns, None, shed=True))
-            self._follow(plan, time.perf_counter_ns())
+            self._follow(plan, self._now())
             return
         c.inflight += 1
-        call = _Call(Outcome(time.perf_counter_ns()))
+        call = _Call(Outcome(self._now()))
         self._calls.add(call)
         task = asyncio.get_running_loop().create_task(self._execute(plan, due_ns, call))
         if not task.done():
@@ -272,11 +269,9 @@ class Runner:
             if conn is None:
                 conn = await pool.open()
             if plan.cancel_after_ns is not None:
-                canceller = asyncio.get_running_loop().call_later(
-                    plan.cancel_after_ns / 1e9, _stop_call, call, "cancelled"
-                )
+                canceller = self.clock.call_later(plan.cancel_after_ns, _stop_call, call, "cancelled")
             exchange = call.exchange = Exchange(
-                outcome, self.streams[plan.index], plan.cancel_after_tokens, self._clock
+                outcome, self.streams[plan.index], plan.cancel_after_tokens, self._reads
             )
             exchange.send(pool, conn, self.requests[plan.index])
             self.counters.sent += 1
@@ -285,10 +280,10 @@ class Runner:
         except asyncio.CancelledError:
             if outcome.stop_reason is None:
                 raise
-            outcome.e2e_ns = time.perf_counter_ns() - outcome.sent_ns
+            outcome.e2e_ns = self._now() - outcome.sent_ns
             outcome.fail(outcome.stop_reason)
         except (OSError, TimeoutError) as exc:  # could not connect
-            outcome.e2e_ns = time.perf_counter_ns() - outcome.sent_ns
+            outcome.e2e_ns = self._now() - outcome.sent_ns
             outcome.fail("connect_error", f"{type(exc).__name__}: {exc}"[:200])
         finally:
             if canceller is not None:
@@ -309,7 +304,7 @@ class Runner:
             c.errors += 1
         self.results.append(Sent(plan, due_ns, outcome))
         # the turn ended when its last bytes were read, not when this task got to run
-        ended_ns = time.perf_counter_ns() if outcome.e2e_ns is None else outcome.sent_ns + outcome.e2e_ns
+        ended_ns = self._now() if outcome.e2e_ns is None else outcome.sent_ns + outcome.e2e_ns
         self._follow(plan, ended_ns)
         if not self._calls and not self._waiting:
             self._idle.set()
@@ -324,7 +319,7 @@ class Runner:
             self.stop_reason = "duration"
             return
         due = session_due_ns(scheduled, ended_ns, nxt.think_time_ns)
-        if due <= time.perf_counter_ns():
+        if due <= self._now():
             self._dispatch(nxt, due)
             return
         waiter = asyncio.get_running_loop().create_task(self._dispatch_later(nxt, due))
@@ -346,10 +341,10 @@ class Runner:
         """Stop requests silent for longer than the read timeout (one check for all, not a timer each)."""
         timeout_ns = self.s.read_timeout_ns
         interval_ns = min(WATCHDOG_MAX_INTERVAL_NS, max(WATCHDOG_MIN_INTERVAL_NS, timeout_ns // 10))
-        clock = time.perf_counter_ns
+        clock = self.clock
         while True:
-            await asyncio.sleep(interval_ns / 1e9)
-            now = clock()
+            await clock.wait_until(clock.now_ns() + interval_ns)
+            now = clock.now_ns()
             for call in list(self._calls):
                 exchange = call.exchange
                 if exchange is not None and now - exchange.last_ns > timeout_ns:
@@ -363,13 +358,13 @@ class Runner:
                 await self._idle.wait()
         if not self._calls:
             return
-        deadline = time.perf_counter_ns() + self.s.grace_ns
-        while self._calls and time.perf_counter_ns() < deadline:
+        now = self._now
+        deadline = now() + self.s.grace_ns
+        while self._calls and now() < deadline:
             self._idle.clear()
-            try:
-                await asyncio.wait_for(self._idle.wait(), (deadline - time.perf_counter_ns()) / 1e9)
-            except TimeoutError:
-                break
+            timeout = self.clock.call_later(deadline - now(), self._idle.set)
+            await self._idle.wait()
+            timeout.cancel()
         pending = [call.task for call in self._calls if call.task is not None]
         self.cut_after_grace = len(self._calls)
         for call in list(self._calls):

@@ -175,6 +175,7 @@ def content_trace(traces, tmp_path):
     return build_trace(traces, tmp_path / "in.parquet", planted_pii())
 
 
+@pytest.mark.e2e
 def test_cli_subprocess_anonymizes_and_verifies(content_trace, key_file, tmp_path):
     out = tmp_path / "out.parquet"
     cmd = [sys.executable, "-m", "llmreplay.cli", "anonymize", str(content_trace), "-o", str(out)]

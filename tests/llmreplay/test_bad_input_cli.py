@@ -24,6 +24,8 @@ from test_trace_io import good_table, record, write_raw
 from llmreplay.trace_format import METADATA_KEY, MessageShape, TraceMeta
 from llmreplay.trace_io import write_trace
 
+pytestmark = pytest.mark.e2e  # every test here starts processes
+
 SAMPLES = ROOT / "samples"
 MOONCAKE_JSONL = SAMPLES / "public" / "mooncake_conversation_head400.jsonl"
 MOONCAKE_TRACE = SAMPLES / "mooncake_conversation.parquet"

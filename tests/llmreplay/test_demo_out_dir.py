@@ -55,6 +55,7 @@ def test_a_non_empty_directory_without_the_marker_is_refused_untouched(tmp_path)
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before
 
 
+@pytest.mark.e2e
 def test_the_cli_refuses_with_one_line_and_exit_2(tmp_path):
     (tmp_path / "thesis.tex").write_text("years of work")
     done = subprocess.run(

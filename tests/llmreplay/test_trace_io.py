@@ -265,6 +265,7 @@ def test_integer_width_variants_are_accepted(tmp_path):
     )
 
 
+@pytest.mark.e2e
 def test_cli_bad_trace_one_line_exit_2(tmp_path):
     bad = tmp_path / "bad.parquet"
     bad.write_bytes(b"\x00garbage")

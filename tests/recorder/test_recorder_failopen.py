@@ -62,6 +62,7 @@ def test_over_its_disk_budget_the_journal_drops_and_counts_then_resumes(tmp_path
         journal.close()
 
 
+@pytest.mark.e2e
 def test_a_failing_disk_drops_whole_captures_and_keeps_the_segment_readable(tmp_path):
     """A real write failure: RLIMIT_FSIZE in a child process makes write() fail past a size (EFBIG)."""
     script = textwrap.dedent(f"""

@@ -153,6 +153,7 @@ async def connection_cut_mid_stream(tls_base: str, ssl_context, short: str, long
     return results
 
 
+@pytest.mark.e2e
 def test_one_stream_of_four_reset_after_a_few_hundred_bytes(processes, start_sim, tmp_path):
     tls_base, ca_file, out, proc = start(processes, start_sim, tmp_path)
     plan = {"h2-keep-0": 30, "h2-keep-1": 30, "h2-drop": 80, "h2-keep-2": 30}
@@ -179,6 +180,7 @@ def test_one_stream_of_four_reset_after_a_few_hundred_bytes(processes, start_sim
     assert dropped["ttft_ns"] is not None and dropped["e2e_ns"] >= dropped["ttft_ns"]
 
 
+@pytest.mark.e2e
 def test_whole_connection_cut_mid_stream(processes, start_sim, tmp_path):
     tls_base, ca_file, out, proc = start(processes, start_sim, tmp_path)
     long = ["h2-cut-0", "h2-cut-1", "h2-cut-2"]
@@ -275,6 +277,7 @@ def check_cut_short(row: dict, delivered: bytes, user: str) -> None:
     assert row["completion_tokens"] is not None and row["completion_tokens"] < 40
 
 
+@pytest.mark.e2e
 def test_a_reset_while_the_end_waits_in_the_send_buffer(processes, start_sim, tmp_path):
     """The client stops granting window to one of four streams and resets it after the sim has
     finished it (the `response` hook had run, its end and most bytes were still in mitmproxy's buffer)."""
@@ -299,6 +302,7 @@ def test_a_reset_while_the_end_waits_in_the_send_buffer(processes, start_sim, tm
     check_cut_short(rows["raw-reset"], client.bodies[1], "raw-reset")
 
 
+@pytest.mark.e2e
 def test_connection_lost_while_ends_wait_in_the_send_buffer(processes, start_sim, tmp_path):
     """Two streams held back by the client's window when the TCP connection goes, a third complete."""
     tls_base, ca_file, out, proc = start(processes, start_sim, tmp_path)

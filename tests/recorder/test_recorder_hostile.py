@@ -118,6 +118,7 @@ def check_poison_rows(rows: dict[str, dict]) -> None:
     assert retry["max_tokens"] == 4
 
 
+@pytest.mark.e2e
 def test_poison_values_are_nulled_named_and_forwarding_goes_on(processes, start_sim, tmp_path):
     sim = start_sim("--retry-after-s", ABSURD_RETRY_AFTER, *FAST_SIM)
     target = start_sim(*FAST_SIM, name="target")  # the replay's engine
@@ -172,6 +173,7 @@ def test_poison_values_are_nulled_named_and_forwarding_goes_on(processes, start_
     assert (tmp_path / "run" / "results.parquet").exists()
 
 
+@pytest.mark.e2e
 def test_a_poisoned_content_trace_anonymizes(processes, start_sim, tmp_path):
     sim = start_sim("--retry-after-s", ABSURD_RETRY_AFTER, *FAST_SIM)
     out = tmp_path / "trace"
@@ -411,6 +413,7 @@ def is_utf8(value: bytes) -> bool:
     return True
 
 
+@pytest.mark.e2e
 def test_hostile_requests_never_stop_forwarding_and_all_are_filed(processes, start_sim, tmp_path):
     sim = start_sim(*FAST_SIM)
     out = tmp_path / "trace"

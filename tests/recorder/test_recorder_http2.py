@@ -18,10 +18,13 @@ import h2.connection
 import h2.errors
 import h2.events
 import httpx2
+import pytest
 from test_recorder_e2e import API_KEY, start_recorder, stop
 
 from llmreplay.trace_io import read_trace
 from recorder.keys import keyed_hash, load_or_create_key
+
+pytestmark = pytest.mark.e2e  # every test here starts processes
 
 MAX_TOKENS = 60  # at the slow profile (about 10 ms a step) the stream lasts about 0.6 s
 

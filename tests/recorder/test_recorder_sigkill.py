@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.e2e  # every test here starts processes
+
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_recorder_sigkill.py"
 
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
+from live_processes import ProcessPool, start_sim_process
 from replay_helpers import stop_and_wait
+
+from replayer.preflight import REQUEST_ID_PREFIX
 
 
 @pytest.fixture
 def sim_with_truth(start_sim, processes, tmp_path):
-    """Start a sim that logs ground truth; `truth()` stops it and returns the rows by request id."""
+    """Start a sim that logs ground truth; `truth()` stops it and returns the rows by request id
+    (the replay's own: the preflight's requests left out)."""
 
     def start(*args: str):
         log = tmp_path / f"truth-{len(processes.procs)}.parquet"
@@ -18,7 +22,8 @@ def sim_with_truth(start_sim, processes, tmp_path):
 
         def truth() -> dict[str, dict]:
             stop_and_wait(proc)
-            return {row["request_id"]: row for row in pq.read_table(log).to_pylist()}
+            rows = pq.read_table(log).to_pylist()
+            return {r["request_id"]: r for r in rows if not r["request_id"].startswith(REQUEST_ID_PREFIX)}
 
         return url, truth
 
@@ -28,42 +33,6 @@ def sim_with_truth(start_sim, processes, tmp_path):
 @pytest.fixture(scope="module")
 def shared_sim(tmp_path_factory):
     """One fast-profile sim for a whole module (starting a sim costs seconds); stopped at the end."""
-    import subprocess
-    import sys
-    import urllib.request
-
-    from replay_helpers import ROOT
-    from tests_free_port import free_port_number
-
-    port = free_port_number()
-    log = open(tmp_path_factory.mktemp("sim") / "sim.log", "wb")
-    cmd = [
-        sys.executable,
-        "-m",
-        "llmreplay.cli",
-        "sim",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--profile",
-        "fast",
-    ]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            if proc.poll() is not None:
-                raise RuntimeError(f"sim exited with {proc.returncode}")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=1) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                import time
-
-                time.sleep(0.1)
-        yield url
-    finally:
-        stop_and_wait(proc)
-        log.close()
+    pool = ProcessPool(tmp_path_factory.mktemp("sim"))
+    yield start_sim_process(pool, "--profile", "fast")
+    pool.stop_all()

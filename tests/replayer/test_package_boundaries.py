@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
 from import_footprint import heavy_modules_loaded
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +70,7 @@ def test_root_modules_are_not_imported_by_rooms_except_config():
                     raise AssertionError(f"{path.relative_to(ROOT)} imports the composition root: {target}")
 
 
+@pytest.mark.e2e
 def test_the_loop_loads_no_heavy_module():
     modules = sorted(f"replayer.loop.{p.stem}" for p in (REPLAYER / "loop").glob("*.py") if p.stem != "__init__")
     loaded = heavy_modules_loaded(modules, HEAVY)

@@ -86,6 +86,7 @@ def refused_replay(trace, target, out, *args, expected=()):
     return line
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("case", sorted(EXPECTED))
 def test_malformed_model_list_answers_are_one_line(one_request, tmp_path, case):
     with CannedServer(ANSWERS[case]) as server:
@@ -93,12 +94,14 @@ def test_malformed_model_list_answers_are_one_line(one_request, tmp_path, case):
                        expected=("GET /v1/models failed", EXPECTED[case], "pass --engine"))  # fmt: skip
 
 
+@pytest.mark.e2e
 def test_unresolvable_host_is_one_line_even_with_engine_given(one_request, tmp_path):
     line = refused_replay(one_request, "http://no-such-host.invalid:8000", tmp_path / "run",
                           "--engine", "vllm", "--model", "m")  # fmt: skip
     assert "cannot resolve host no-such-host.invalid" in line
 
 
+@pytest.mark.e2e
 def test_dead_or_wrong_server_metrics_fail_before_the_clock(one_request, tmp_path):
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
@@ -120,6 +123,7 @@ def test_duration_drops_the_plans_it_cannot_send_before_building(tmp_path):
     assert within_duration(plans, None) == (plans, 0)
 
 
+@pytest.mark.e2e
 def test_duration_run_sends_what_it_built_and_says_duration(tmp_path, shared_sim):
     import subprocess
 

@@ -13,6 +13,8 @@ import orjson
 import pytest
 from replay_helpers import ROOT, content_record, replay_cmd, results, run_info, write_content_trace
 
+pytestmark = pytest.mark.e2e  # every test here starts processes
+
 TRICKLE_INTERVAL_S = 0.5
 TRICKLE_MAX_S = 60.0  # the server's own bound: it never holds a connection longer
 DURATION_S, GRACE_S = 3.0, 3.0

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from live_processes import free_port
 from replay_helpers import content_record, results, run_replays_concurrently, write_content_trace
-from tests_free_port import free_port_number
+
+pytestmark = pytest.mark.e2e  # every test here starts processes
 
 # X-Sim-Fault value -> (error kind, HTTP status or None when not checked)
 FAULTS = {
@@ -59,7 +61,7 @@ def test_closed_port_4xx_cancel_and_plain_json(one_stream, shared_sim, tmp_path)
         content_record(2, 2.0, stream=False, completion_tokens=4),
     ]
     trace = write_content_trace(tmp_path / "t.parquet", records)
-    closed = f"http://127.0.0.1:{free_port_number()}"
+    closed = f"http://127.0.0.1:{free_port()}"
     jobs = [
         (trace, shared_sim, tmp_path / "mixed", "--engine", "vllm"),
         (one_stream, closed, tmp_path / "closed", "--engine", "openai", "--model", "m"),

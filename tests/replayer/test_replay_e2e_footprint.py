@@ -8,6 +8,7 @@ from array import array
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 from replay_helpers import T0_US, results, run_info, run_replay
 
 from llmreplay.trace_format import TraceMeta, TraceRecord
@@ -50,6 +51,7 @@ def shape_records(n: int) -> list[TraceRecord]:
     return out
 
 
+@pytest.mark.e2e
 def test_shape_trace_is_synthesized_outside_the_light_workers(tmp_path, shared_sim):
     trace = tmp_path / "shape.parquet"
     records = shape_records(12)

@@ -20,6 +20,8 @@ from replay_helpers import ROOT, content_record, replay_cmd, run_replay, write_c
 
 from replayer.loop.parent_watch import PDEATHSIG_ENV
 
+pytestmark = pytest.mark.e2e  # every test here starts processes
+
 LATE_NS = 1_000_000_000  # nothing may reach the target later than this after the kill
 GONE_S = 2.0  # every worker process is gone within this after the kill
 MECHANISMS = {"pdeathsig": {}, "pipe-only": {PDEATHSIG_ENV: "0"}}

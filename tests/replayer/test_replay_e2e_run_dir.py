@@ -4,7 +4,10 @@ the fix, exit status 2. (The kill -9 tests refuse a real dead run's directory th
 
 from __future__ import annotations
 
+import pytest
 from replay_helpers import content_record, results, run_replay, write_content_trace
+
+pytestmark = pytest.mark.e2e  # every test here starts processes
 
 
 def _snapshot(directory):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from replay_helpers import content_record, results, run_info, run_replay, write_content_trace
+
+pytestmark = pytest.mark.e2e  # every test here starts processes
 
 THINK_MS = 150.0
 

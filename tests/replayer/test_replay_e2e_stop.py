@@ -8,9 +8,12 @@ import subprocess
 import time
 
 import pyarrow.parquet as pq
+import pytest
 from replay_helpers import ROOT, content_record, replay_cmd, run_info, run_replay, write_content_trace
 
 from llmreplay.run_format import RESULT_SCHEMA
+
+pytestmark = pytest.mark.e2e  # every test here starts processes
 
 API_KEY = "sk-test-SECRET-4f9a"
 HEADER_SECRET = "hush-HEADER-77"

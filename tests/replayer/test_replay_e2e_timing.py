@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 from replay_helpers import (
     content_record,
     results,
@@ -15,6 +16,8 @@ from replay_helpers import (
     run_replays_concurrently,
     write_content_trace,
 )
+
+pytestmark = pytest.mark.e2e  # every test here starts processes
 
 # A shared, loaded 2-core machine: generous bounds here; benchmarks/bench_replay.py measures the real figures.
 MEDIAN_LAG_MS = 3.0

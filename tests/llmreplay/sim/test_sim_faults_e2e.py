@@ -11,8 +11,8 @@ import pytest
 
 
 @pytest.fixture(scope="module")
-def sim(module_sim):
-    return module_sim()
+def sim(module_sim_in_process):
+    return module_sim_in_process()
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,9 @@ def test_slow_first_token(client):
     assert time.perf_counter() - started >= 0.4
 
 
-def test_client_disconnect_frees_the_batch_slot(sim, client):
+def test_client_disconnect_frees_the_batch_slot(start_sim_in_process):
+    sim = start_sim_in_process()  # its own: no request of another test still running or counted
+    client = openai.OpenAI(base_url=f"{sim.url}/v1", api_key="unused", max_retries=0, timeout=20)
     before = metric(sim, 'sim:requests_total{outcome="cancelled_by_client"}')
     answer = client.chat.completions.create(
         model="sim-model", messages=MESSAGES, max_tokens=5000, stream=True, extra_body={"ignore_eos": True},
@@ -129,6 +131,7 @@ def test_client_disconnect_frees_the_batch_slot(sim, client):
     assert metric(sim, 'sim:requests_total{outcome="cancelled_by_client"}') == before + 1
 
 
+@pytest.mark.e2e
 def test_full_queue_answers_429_with_retry_after(module_sim):
     small = module_sim("--max-num-seqs", "1", "--max-waiting", "1", "--decode-base-ms", "20")
     client = openai.OpenAI(base_url=f"{small.url}/v1", api_key="unused", max_retries=0, timeout=20)

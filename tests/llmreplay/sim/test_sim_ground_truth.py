@@ -10,6 +10,8 @@ import pytest
 
 from llmreplay.sim.ground_truth import REQUEST_COLUMNS, STEP_COLUMNS
 
+pytestmark = pytest.mark.e2e  # every test here starts processes
+
 
 def test_log_matches_the_client_view(module_sim):
     sim = module_sim("--output-len-median-tokens", "6")

@@ -83,6 +83,7 @@ def test_the_header_sets_one_requests_reasoning():
         draw_reasoning_tokens(config, random.Random(0), "lots")
 
 
+@pytest.mark.e2e
 def test_a_reasoning_sim_streams_and_logs_both_first_tokens(module_sim):
     sim = module_sim("--reasoning-tokens", "4", "--reasoning-field", "reasoning_content")
     body = {

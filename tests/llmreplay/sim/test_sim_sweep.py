@@ -10,8 +10,11 @@ import statistics
 import time
 
 import openai
+import pytest
 
 from llmreplay.sim.config import build_config
+
+pytestmark = pytest.mark.e2e  # every test here starts processes
 
 LEVELS = {1: 6, 4: 16, 16: 48, 64: 128}  # concurrency -> requests
 OUTPUT_TOKENS = 16

@@ -12,6 +12,8 @@ import pytest
 from compare_fixtures import Shape, latencies_ns, write_trace_file
 from live_processes import free_port, llmreplay_cmd, wait_http_ok
 
+pytestmark = pytest.mark.e2e  # every test here starts processes
+
 SHAPE = Shape(n=40, seed=5, interval_ms=60.0, prompt_median_tokens=1500, max_prompt_tokens=4000)
 
 

@@ -102,6 +102,7 @@ def test_the_lag_limit_is_the_one_compare_uses():
     assert relaxed["verdict"]["exit_code"] == 0
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(120)
 def test_sigterm_mid_run_fails_and_report_agrees(tmp_path, start_sim):
     records = [content_record(i, i * 50.0, completion_tokens=20) for i in range(200)]  # 10 s of trace

@@ -83,6 +83,7 @@ def echoing_engine():
     server.server_close()
 
 
+@pytest.mark.e2e
 def test_a_body_echoing_the_api_key_is_stored_scrubbed_and_the_replay_fails(tmp_path, echoing_engine):
     trace = write_content_trace(tmp_path / "t.parquet", [content_record(i, i * 20.0) for i in range(3)])
     out = tmp_path / "run"

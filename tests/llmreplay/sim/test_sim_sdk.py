@@ -1,4 +1,4 @@
-"""The official openai SDK against a real sim process: chat, completions, tools, errors."""
+"""The official openai SDK against a real sim (in this process): chat, completions, tools, errors."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from llmreplay.tokenizers import load_tokenizer
 
 
 @pytest.fixture(scope="module")
-def sim(module_sim):
-    return module_sim("--model", "sim-model", "--model", "other-model")
+def sim(module_sim_in_process):
+    return module_sim_in_process(models=("sim-model", "other-model"))
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ def test_the_liveness_pipe_turns_readable_when_its_writer_is_gone():
         os.close(read_fd)
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
 @pytest.mark.parametrize(("setting", "expected"), [(None, signal.SIGKILL), ("0", 0)])
 def test_the_parent_death_signal_is_sigkill_unless_switched_off(setting, expected):
