@@ -161,9 +161,8 @@ def _format_variants(table: pa.Table) -> list[tuple[str, pa.Array]]:
 
 
 def _n_variants(table: pa.Table) -> list[tuple[str, pa.Array]]:
-    many = pc.fill_null(pc.greater(table.column("n"), 1), False)
-    largest = pc.max(table.column("n").filter(many)).as_py()
-    return [(str(largest), many)] if largest is not None else []
+    n = table.column("n")
+    return _by_value(pc.cast(n, pa.string()), pc.fill_null(pc.greater(n, 1), False))
 
 
 def _stream_variants(table: pa.Table) -> list[tuple[str, pa.Array]]:
@@ -196,13 +195,12 @@ def trace_needs(table: pa.Table, record_index: np.ndarray, model: str | None) ->
     record_index = np.asarray(record_index, np.int64)
     output = pc.coalesce(table.column("completion_tokens"), table.column("max_tokens"), 0)
     tokens = pc.add(pc.fill_null(table.column("prompt_tokens"), 0), output).to_numpy().astype(np.int64)
-    copies = np.bincount(record_index, minlength=table.num_rows)  # planned requests of each row
-    planned, copies = table.filter(pa.array(copies > 0)), copies[copies > 0]
+    copies = np.bincount(record_index, minlength=table.num_rows)  # planned requests of each row (0: none)
 
     def count(mask) -> int:
         return int(copies[np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False))].sum())
 
-    endpoints = planned.column("endpoint")
+    endpoints = table.column("endpoint")
     chat, completions = (
         count(pc.equal(endpoints, "chat_completions")),
         count(pc.equal(endpoints, "completions")),
@@ -210,14 +208,14 @@ def trace_needs(table: pa.Table, record_index: np.ndarray, model: str | None) ->
     uses = tuple(
         Use(feature.name, variant, n)
         for feature in FEATURES
-        for variant, mask in feature.variants(planned)
-        if (n := count(mask))
+        for variant, mask in feature.variants(table)
+        if (n := count(mask))  # variants of rows never planned count 0
     )
     return TraceNeeds(
         requests=len(record_index),
         generating=chat + completions,
         endpoint="chat_completions" if chat >= completions else "completions",
-        model=model or _commonest(planned.column("model")),
+        model=model or _commonest(table.column("model").filter(pa.array(copies > 0))),
         request_tokens=tokens[record_index],
         uses=uses,
     )
@@ -234,17 +232,12 @@ def _commonest(models: pa.ChunkedArray) -> str | None:
 def check_length(answer: Answer, engine: Engine, wanted: int = FORCED_TOKENS) -> Check:
     """The forcing request came back with exactly `wanted` completion tokens."""
     fields = ", ".join(name for name, _ in engine.force_length)
+    if answer.refused:  # every request of the replay is sent like this one
+        fix = "pass the right --engine (--engine openai sends no forcing field)" if fields else None
+        return Check("length", STOP, f"a {wanted}-token request is refused: {answer.why()}", fix)
     if not engine.forces_length:
-        return Check(
-            "length", WARN, f"{engine.title} cannot force output length: answers may stop early at EOS"
-        )
-    if answer.refused:
-        return Check(
-            "length",
-            STOP,
-            f"the target refuses the length-forcing fields ({fields}): {answer.why()}",
-            "pass the right --engine (--engine openai sends none)",
-        )
+        why = f"{engine.title} cannot force output length: answers may stop early at EOS"
+        return Check("length", WARN, why)
     got = answer.shape.completion_tokens if answer.shape else None
     if got is None:
         return Check("length", UNVERIFIED, answer.why() if answer.shape is None else "no usage in the answer")
@@ -427,6 +420,7 @@ def run_preflight(config: ReplayConfig, target: TargetInfo, needs: TraceNeeds) -
     """Ask the target what it is and try what the trace uses; the requests go to --target only."""
     engine = BY_NAME[target.engine]
     version = lookup(target.base_url, config.api_key, engine.version) if engine.version else None
+    version = str(version)[:80] if isinstance(version, str | int | float) and str(version) else None
     context = (
         lookup(target.base_url, config.api_key, engine.context_tokens) if engine.context_tokens else None
     )
@@ -438,7 +432,7 @@ def run_preflight(config: ReplayConfig, target: TargetInfo, needs: TraceNeeds) -
     return Preflight(
         engine=engine.name,
         engine_from=target.detected_from,
-        version=None if version is None or isinstance(version, dict | list) else str(version)[:80],
+        version=version,
         version_from=engine.version.path if version is not None else None,
         context_tokens=context,
         requests=needs.requests,
