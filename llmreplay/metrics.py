@@ -27,6 +27,14 @@ def _column_ns(name: str) -> Callable[[pa.Table], np.ndarray]:
     return values
 
 
+def _ttfo_ns(table: pa.Table) -> np.ndarray:
+    """TTFO of the requests that reasoned; for the others it is their TTFT, judged once, as TTFT."""
+    if "reasoning_tokens" not in table.column_names:
+        return np.full(table.num_rows, np.nan)
+    reasoned = np.nan_to_num(_as_float(table.column("reasoning_tokens"))) > 0
+    return np.where(reasoned, _column_ns("ttfo_ns")(table), np.nan)
+
+
 def _tpot_ns(table: pa.Table) -> np.ndarray:
     ttft, e2e = _as_float(table.column("ttft_ns")), _as_float(table.column("e2e_ns"))
     tokens = _as_float(table.column("completion_tokens"))
@@ -59,8 +67,17 @@ METRICS: tuple[LatencyMetric, ...] = (
         "ttft",
         "TTFT",
         ("ttft_ns",),
-        "request start -> first chunk carrying content or a tool-call delta (streamed requests only)",
+        "request start -> first chunk carrying generated tokens on any channel, reasoning included "
+        "(streamed requests only)",
         _column_ns("ttft_ns"),
+    ),
+    LatencyMetric(
+        "ttfo",
+        "TTFO",
+        ("ttfo_ns", "reasoning_tokens"),
+        "request start -> first answer chunk (content, refusal or a tool-call delta), of streamed "
+        "requests that reasoned (without reasoning it is the TTFT)",
+        _ttfo_ns,
     ),
     LatencyMetric(
         "tpot",
@@ -74,7 +91,8 @@ METRICS: tuple[LatencyMetric, ...] = (
         "itl",
         "ITL",
         ("chunk_offsets_ns",),
-        "gap between consecutive content chunks of a streamed request (all gaps pooled)",
+        "gap between consecutive chunks carrying generated tokens, reasoning included, of a streamed "
+        "request (all gaps pooled)",
         None,
         from_start=False,
     ),

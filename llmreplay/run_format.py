@@ -29,7 +29,7 @@ from llmreplay.trace_format import COLUMNS as TRACE_COLUMNS
 from llmreplay.trace_format import INT16, INT32, INT64, STRING, TIMESTAMP, version_tuple
 
 # Version rule: MAJOR.MINOR. A minor only adds nullable columns (`since` on the column) and run.json keys.
-RUN_FORMAT_VERSION = "1.1"
+RUN_FORMAT_VERSION = "1.2"
 READABLE_MAJOR_VERSIONS = (1,)
 OLDEST_VERSION = "1.0"  # what a run that states no version is (written before the version was)
 METADATA_KEY = b"llmreplay.run"  # results.parquet's footer: JSON {"run_format_version": ...}
@@ -82,6 +82,9 @@ class ResultRow:
     e2e_ns: int | None = column(None, None, made_by=OUTCOME)
     chunk_offsets_ns: Sequence[int] | None = column(None, None, made_by=OUTCOME)
     finish_reason: str | None = column(None, None, made_by=OUTCOME)
+    ttfo_ns: int | None = column(None, None, made_by=OUTCOME, since="1.2")
+    reasoning_tokens: int | None = column(None, None, made_by=OUTCOME, since="1.2")
+    reasoning_ns: int | None = column(None, None, made_by=OUTCOME, since="1.2")
     # The replay's own.
     source_request_id: str = column(STRING)  # the trace row this request replays (copies share it)
     copy_index: int = column(INT16)  # 0 for the original, k for the k-th --scale copy

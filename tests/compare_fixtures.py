@@ -124,6 +124,9 @@ def write_run(
             None if f else c for f, c in zip(failed, timing["chunk_offsets_ns"], strict=True)
         ],
         "finish_reason": [None if f else "length" for f in failed],
+        "ttfo_ns": [None if f else int(t) for f, t in zip(failed, timing["ttft_ns"], strict=True)],
+        "reasoning_tokens": [None if f else 0 for f in failed],  # no reasoning: TTFO is TTFT
+        "reasoning_ns": [None if f else 0 for f in failed],
         "source_request_id": a["request_id"],
         "copy_index": [0] * n,
         "worker": [0] * n,
@@ -200,6 +203,9 @@ def write_trace_file(path: Path, shape: Shape, ttft_ns: np.ndarray, tpot_ns: np.
         "chunk_offsets_ns": timing["chunk_offsets_ns"],
         "finish_reason": ["length"] * n,
         "invalid_fields": [None] * n,
+        "ttfo_ns": timing["ttft_ns"].tolist(),  # no reasoning: TTFO is TTFT
+        "reasoning_tokens": [0] * n,
+        "reasoning_ns": [0] * n,
     }
     from llmreplay.trace_arrow import trace_schema
 

@@ -39,10 +39,12 @@ ROOT = Path(__file__).resolve().parents[3]
 GOLDEN = sorted((ROOT / "samples" / "golden").glob("run-v*"))
 # Recipes (each written once, never regenerated): `llmreplay replay samples/golden/trace-v1.1.parquet
 # --target SIM --model sim-model --speed 20` against `llmreplay sim --profile fast --error-rate 0.2
-# --seed 3`; hostname and run_dir rewritten. v1.0 by llmreplay before error_detail, v1.1 after.
+# --seed 3`; hostname and run_dir rewritten. v1.0 by llmreplay before error_detail, v1.1 after;
+# v1.2 replays trace-v1.2.parquet, the sim also given --reasoning-tokens 4.
 EXPECTED = {
     "run-v1.0": {"rows": 21, "failed": 9, "details": 0},
     "run-v1.1": {"rows": 21, "failed": 9, "details": 9},
+    "run-v1.2": {"rows": 21, "failed": 9, "details": 9},
 }
 
 
@@ -67,8 +69,9 @@ def test_golden_run_reads(path):
     assert out.exit_code == 1 and "error rate" in result["verdict"]["headline"]  # a fifth of them failed
 
 
-def test_error_detail_came_with_1_1():
-    assert ADDED_COLUMNS == {"error_detail": "1.1"}
+def test_error_detail_came_with_1_1_and_the_reasoning_columns_with_1_2():
+    reasoning = dict.fromkeys(("ttfo_ns", "reasoning_tokens", "reasoning_ns"), "1.2")
+    assert ADDED_COLUMNS == {"error_detail": "1.1", **reasoning}
 
 
 def test_unknown_major_version_is_refused(tmp_path):
@@ -127,7 +130,7 @@ def test_result_row_fields_are_the_columns_written():
 def test_columns_named_like_the_trace_have_its_types():
     trace_types = {f.name: f.type for f in trace_schema(False)}
     shared = [f for f in RESULT_SCHEMA if f.name in trace_types]
-    assert len(shared) == 25 and all(f.type == trace_types[f.name] for f in shared)
+    assert len(shared) == 28 and all(f.type == trace_types[f.name] for f in shared)
 
 
 def test_run_info_writes_the_golden_run_json_of_its_version(tmp_path):
