@@ -38,6 +38,7 @@ class Requests:
     trace_offset_ns: np.ndarray  # the request's arrival in the trace, from the first arrival
     prompt_tokens: np.ndarray  # as measured on this side
     completion_tokens: np.ndarray
+    reasoning_tokens: np.ndarray  # of completion_tokens (trace and run format 1.2 on; NaN before)
     cached_tokens: np.ndarray
     shape_prompt_tokens: np.ndarray  # the recorded length, identical for the same request on both sides
     recorded_completion_tokens: np.ndarray
@@ -96,6 +97,7 @@ def build_requests(side: Side) -> Requests:
         trace_offset_ns=trace_offset_ns,
         prompt_tokens=prompt,
         completion_tokens=completion,
+        reasoning_tokens=_floats(table.column("reasoning_tokens")),
         cached_tokens=_floats(table.column("cached_tokens")),
         shape_prompt_tokens=np.where(np.isfinite(recorded_prompt), recorded_prompt, prompt),
         recorded_completion_tokens=recorded_completion,

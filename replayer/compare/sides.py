@@ -25,6 +25,7 @@ from replayer.compare.config import CompareConfig
 from replayer.compare.error_gate import commonest_messages, engine_error_mask, error_counts, error_rate_check
 from replayer.compare.inputs import RUN, TRACE, Side, shift_latencies
 from replayer.compare.latency import Samples, latency_rows, sample_warnings, samples
+from replayer.compare.reasoning import reasoning_share
 from replayer.compare.requests import (
     Requests,
     build_requests,
@@ -327,6 +328,7 @@ def _side_summary(side: Side, req: Requests, scale: float) -> dict:
         "time_scale": scale,
         "requests_per_s": len(req) / duration_s if duration_s > 0 else None,
         "output_tokens_per_s": output_tokens / duration_s if duration_s > 0 else None,
+        "reasoning_share": reasoning_share(req),
         "config": side.config,
     }
 

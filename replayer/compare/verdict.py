@@ -14,6 +14,7 @@ import replayer.compare.slo as compare_slo
 import replayer.compare.stats as compare_stats
 from llmreplay.metrics import BY_NAME, GATING
 from replayer.compare.fidelity import LOAD_CHECK
+from replayer.compare.reasoning import share_moved
 from replayer.compare.run_fidelity import FAIL
 
 SPREAD_FOR_APPROX = 1.10  # ratios within 10% of each other read as one "≈" number
@@ -52,6 +53,10 @@ def verdict(
         parts += phrase
         reasons += latency_reasons
         rows += latency_rows
+    moved = share_moved(sides) if mode == "compare" else None
+    if moved:  # why TTFO moved, when it did: reported, never a failure by itself
+        rows.append(_row("reasoning share", "output", "moved", moved))
+        parts.append(moved)
     parts += _slos(slos, mode, reasons, rows)
     for check in gate_checks:
         rows.append(
