@@ -1,6 +1,6 @@
-"""The `llmreplay anonymize` command: parse and check flags, build an AnonymizeConfig, run, report.
+"""The `llmreplay anonymize` command: its flags are built from AnonymizeConfig's fields; run, report.
 
-Heavy imports happen inside the command so `llmreplay --help` stays fast.
+Heavy imports (the pipeline: pyarrow, tokenizers) happen inside the command so `--help` stays fast.
 """
 
 from __future__ import annotations
@@ -10,75 +10,23 @@ from pathlib import Path
 
 import click
 
+from anonymizer.config import AnonymizeConfig
+from llmreplay import options
+
 
 @click.command()
 @click.argument("in_trace", type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--out",
-    "out_trace",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Anonymized trace file (.parquet).",
-)
-@click.option(
-    "--tokenizer",
-    default=None,
-    help="Tokenizer for exact lengths [default: the trace's, else mistral-tekken].",
-)
-@click.option(
-    "--key-file",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Secret key file (mode 0600; 64+ hex digits or 32+ bytes); created if missing "
-    "[default: OUT's name + .anonymization.key in the current directory].",
-)
-@click.option(
-    "--prefix-sharing",
-    type=click.Choice(["preserve", "session", "none"]),
-    default=None,
-    help="Keep all sharing, only within sessions, or none [default: preserve].",
-)
-@click.option(
-    "--nonce-tokens",
-    type=int,
-    default=None,
-    help="Tokens of nonce in session/none modes, at least 1 [default: 8].",
-)
+@options.click_options(AnonymizeConfig)
 @click.option(
     "--verify", is_flag=True, help="Re-read the output and prove counts, structure, sharing and no leaks."
 )
-@click.option("--force", is_flag=True, help="Replace an existing output file.")
-@click.option(
-    "--keep-meta", multiple=True, help="Carry this TraceMeta.extra key (or 'source') over; repeatable."
-)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", is_flag=True, help="Print only problems.")
-def anonymize(
-    in_trace,
-    out_trace,
-    tokenizer,
-    key_file,
-    prefix_sharing,
-    nonce_tokens,
-    verify,
-    force,
-    keep_meta,
-    as_json,
-    quiet,
-):
+def anonymize(in_trace, verify, as_json, quiet, **values):
     """Replace all content of IN_TRACE with fake text of the same token lengths; keep its shape."""
-    from anonymizer.pipeline import AnonymizeConfig, anonymize_trace
+    from anonymizer.pipeline import anonymize_trace
 
-    given = {"prefix_sharing": prefix_sharing, "nonce_tokens": nonce_tokens, "tokenizer": tokenizer}
-    config = AnonymizeConfig(
-        input_path=in_trace,
-        output_path=out_trace,
-        key_file=key_file,
-        force=force,
-        keep_meta=tuple(keep_meta),
-        **{k: v for k, v in given.items() if v is not None},
-    )
+    config = options.build(AnonymizeConfig, values, input_path=in_trace)
     result = anonymize_trace(config)
     if result.generated_key_file is not None:
         click.echo(

@@ -6,10 +6,8 @@ exact; in shape traces the same scopes re-key the prefix-block hashes instead.
 
 from __future__ import annotations
 
+from anonymizer.config import MODES
 from anonymizer.fakes import Fakes
-
-MODES = ("preserve", "session", "none")
-DEFAULT_NONCE_TOKENS = 8
 
 
 def nonce_scope(mode: str, request_id: str, session_id: str | None) -> bytes | None:

@@ -16,11 +16,11 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from anonymizer.config import MODES, AnonymizeConfig
 from anonymizer.fakes import Fakes
 from anonymizer.keys import Rekeyer, generate_key_file, load_key
-from anonymizer.nonce import DEFAULT_NONCE_TOKENS, MODES, BlockHashRekeyer, nonce_scope, nonce_words
+from anonymizer.nonce import BlockHashRekeyer, nonce_scope, nonce_words
 from anonymizer.replace_text import (
-    DEFAULT_CACHE_BYTES,
     GRANULARITY_TOKENS,
     Miss,
     PromptRewriter,
@@ -49,21 +49,6 @@ MAX_LISTED_MISSES = 50
 # writer holds ~40 KiB of metadata per row group until it closes (39 MiB at 1M rows in 1024-row groups).
 OUTPUT_ROW_GROUP_BYTES = 64 * 1024 * 1024
 OUTPUT_ROW_GROUP_ROWS = 16_384  # shape-only rows are small: bounds the buffer of those
-
-
-@dataclass(frozen=True, slots=True)
-class AnonymizeConfig:
-    input_path: Path
-    output_path: Path
-    tokenizer: str | None = None  # None: the trace's own tokenizer when loadable, else the default
-    key_file: Path | None = None  # None: a new key file in the current directory
-    prefix_sharing: str = "preserve"
-    nonce_tokens: int = DEFAULT_NONCE_TOKENS
-    force: bool = False
-    batch_rows: int = 1024
-    cache_bytes: int = DEFAULT_CACHE_BYTES
-    keep_meta: tuple[str, ...] = ()  # TraceMeta.extra keys (and "source") to carry over
-    check_counts: bool = True  # re-encode every generated text to prove its count
 
 
 @dataclass

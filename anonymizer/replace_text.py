@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from anonymizer.config import DEFAULT_CACHE_BYTES
 from anonymizer.fakes import Fakes
 from anonymizer.media import png_data_url, silent_wav_base64
 from anonymizer.tools_schema import JsonTemplate, Slot, fit_value, json_text_template
@@ -27,7 +28,6 @@ from llmreplay.openai_wire.message_text import message_text, text_parts
 
 GRANULARITY_TOKENS = 16  # at most 32: one 64-byte digest draws a whole chunk
 _UNPACK_INDICES = struct.Struct("<32H").unpack
-DEFAULT_CACHE_BYTES = 128 * 1024 * 1024
 ROOT_DIGEST = bytes(16)
 _DETAILS = ("auto", "low", "high")
 _UNCOUNTED_TEXT = ("refusal", "reasoning_content", "reasoning")
