@@ -26,7 +26,9 @@ from pathlib import Path
 
 import click
 
+from llmreplay import options
 from llmreplay.errors import BadInput
+from llmreplay.options import factor, option
 from llmreplay.processes import stop_process
 
 SAMPLE_TRACE = Path(__file__).resolve().parent.parent / "samples" / "content_multiturn.parquet"
@@ -41,8 +43,20 @@ DEMO_ENTRIES = (
 
 @dataclass(frozen=True, slots=True)
 class DemoConfig:
-    out_dir: Path
-    speed: float = 1.0  # production's pace: the comparison then judges the engine, not a heavier load
+    out_dir: Path = option(
+        flags=("-o", "--out"),
+        required=True,
+        metavar="DIR",
+        parse=lambda text, flag: Path(text).expanduser(),
+        help="Directory for everything: new, empty or an earlier demo's (cleared first).",
+    )
+    speed: float = option(
+        1.0,
+        type=float,
+        check=factor,
+        show=lambda speed: f"{speed:g}, production's pace",
+        help="Replay speed against the slow sim.",
+    )  # production's pace: the comparison then judges the engine, not a heavier load
     conversations: int = 16
     turns: int = 3
     slos: tuple[str, ...] = ("ttft_p95<=500ms", "e2e_p99<=20s")
@@ -342,31 +356,14 @@ def _compare(baseline: Path, run_dir: Path, report: Path, config: DemoConfig) ->
 
 
 @click.command()
-@click.option(
-    "-o",
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False),
-    required=True,
-    help="Directory for everything: new, empty or an earlier demo's (cleared first).",
-)
-@click.option(
-    "--speed", type=float, help="Replay speed against the slow sim [default: 1, production's pace]."
-)
-def demo(out_dir: str, speed: float | None) -> None:
+@options.click_options(DemoConfig)
+def demo(**values) -> None:
     """Record sample traffic at a fast sim, anonymize it, replay it on a slow sim, compare, report.
 
     OUT is cleared first (only what the demo wrote there). Exit 0 whatever the verdict (the slow
     sim's NO-GO, compare's exit 1, is the expected answer), 1 when a stage fails, 2 on bad input.
     """
-    import dataclasses
-    import math
-
-    if speed is not None and not (math.isfinite(speed) and speed > 0):
-        raise BadInput(f"--speed {speed}: must be a finite number greater than 0")
-    config = DemoConfig(out_dir=Path(out_dir).expanduser())
-    if speed is not None:
-        config = dataclasses.replace(config, speed=speed)
+    config = options.build(DemoConfig, values)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     report = run_demo(config)
     click.echo(f"HTML report: {report.resolve()}")

@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from llmreplay.errors import BadInput
 from llmreplay.importers import BY_NAME
 from llmreplay.importers.assemble import IMPORTED_ENDPOINT, IMPORTED_STREAM, assemble
+from llmreplay.importers.config import ImportConfig
 from llmreplay.importers.source_request import skip_counts, skip_summary
 from llmreplay.output_paths import cannot_write, check_output_file
 from llmreplay.trace_format import TraceMeta
 from llmreplay.trace_io import write_trace
-
-
-@dataclass(frozen=True, slots=True)
-class ImportConfig:
-    source: str
-    input_path: Path
-    output_path: Path
-    force: bool = False
-    block_size: int | None = None  # None: the source's own (Mooncake 512; RAGPulse derived blocks 512)
 
 
 @dataclass(frozen=True, slots=True)
