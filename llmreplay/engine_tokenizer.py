@@ -205,12 +205,18 @@ class JsonHttp:
         raise AssertionError("unreachable")
 
 
-def from_spec(spec: str, api_key: str | None = None) -> EngineTokenizer:
-    """`engine:DIALECT:MODEL@BASE_URL` -> the engine's tokenizer (BadInput if it does not answer)."""
+def parse_engine_spec(spec: str) -> tuple[str, str, str]:
+    """`engine:DIALECT:MODEL@BASE_URL` -> (dialect, model, base_url); BadInput when malformed."""
     dialect, _, rest = spec.removeprefix(SPEC_PREFIX).partition(":")
     model, _, base_url = rest.rpartition("@")
     if dialect not in DIALECTS or not model or not base_url:
         raise BadInput(f"--tokenizer {spec}: expected engine:DIALECT:MODEL@URL with DIALECT one of {', '.join(DIALECTS)}")
+    return dialect, model, base_url
+
+
+def from_spec(spec: str, api_key: str | None = None) -> EngineTokenizer:
+    """`engine:DIALECT:MODEL@BASE_URL` -> the engine's tokenizer (BadInput if it does not answer)."""
+    dialect, model, base_url = parse_engine_spec(spec)
     return EngineTokenizer(base_url, model, dialect, api_key)
 
 
@@ -288,12 +294,21 @@ class CalibratedTokenizer:
         return f"{CALIBRATED_PREFIX}{cal.per_token!r}:{cal.per_request!r}:{cal.per_message!r}:{self._local_spec or ''}"
 
 
-def calibrated_from_spec(spec: str) -> CalibratedTokenizer:
-    from llmreplay.tokenizers import load_tokenizer
+def parse_calibrated_spec(spec: str) -> tuple[Calibration, str | None]:
+    """`calibrated:A:B:C:LOCAL` -> (its calibration, the local spec or None); BadInput when malformed."""
+    from llmreplay.tokenizers import parse_tokenizer_spec
 
     try:
         a, b, c, local_spec = spec.removeprefix(CALIBRATED_PREFIX).split(":", 3)
         calibration = Calibration(float(a), float(b), float(c))
     except ValueError:
         raise BadInput(f"--tokenizer {spec}: expected calibrated:PER_TOKEN:PER_REQUEST:PER_MESSAGE:LOCAL") from None
-    return CalibratedTokenizer(load_tokenizer(local_spec or None), calibration, local_spec or None)
+    parse_tokenizer_spec(local_spec or None)
+    return calibration, local_spec or None
+
+
+def calibrated_from_spec(spec: str) -> CalibratedTokenizer:
+    from llmreplay.tokenizers import load_tokenizer
+
+    calibration, local_spec = parse_calibrated_spec(spec)
+    return CalibratedTokenizer(load_tokenizer(local_spec), calibration, local_spec)

@@ -220,7 +220,11 @@ def duration_s(**bounds) -> dict:
 
         return parse_duration_ns(text, flag, **bounds) / 1e9
 
-    return {"metavar": "DURATION", "parse": parse, "show": lambda s: _duration_text(round(s * 1e9))}
+    return {"metavar": "DURATION", "parse": parse, "show": _seconds_text}
+
+
+def _seconds_text(seconds: float | None) -> str | None:
+    return None if seconds is None else _duration_text(round(seconds * 1e9))
 
 
 def _duration_text(ns: int | None) -> str | None:

@@ -116,39 +116,68 @@ def _tekken_path() -> Path:
     return Path(mistral_common.__file__).parent / "data" / "tekken_240911.json"
 
 
-@functools.lru_cache(maxsize=8)
-def load_tokenizer(spec: str | None = None) -> Tokenizer:
-    """Resolve `--tokenizer`: a name (`mistral-tekken`, `tiktoken:<encoding>`) or a file path.
+def parse_tokenizer_spec(spec: str | None) -> tuple[str, str]:
+    """(kind, argument) of a `--tokenizer` value, a key of _LOADERS; BadInput when it is malformed.
 
-    A path ending in `.json` is a Hugging Face tokenizer file. Raises BadInput when it does not load.
+    Loads nothing (no tokenizer library, no engine call): the recorder's proxy checks with it.
     """
     spec = spec or DEFAULT_TOKENIZER
     if spec == DEFAULT_TOKENIZER:
-        return TekkenTokenizer(_tekken_path(), DEFAULT_TOKENIZER)
+        return "tekken", spec
     if spec.startswith("engine:"):
-        from llmreplay.engine_tokenizer import from_spec
+        from llmreplay.engine_tokenizer import parse_engine_spec
 
-        return from_spec(spec)
+        parse_engine_spec(spec)
+        return "engine", spec
     if spec.startswith("calibrated:"):
-        from llmreplay.engine_tokenizer import calibrated_from_spec
+        from llmreplay.engine_tokenizer import parse_calibrated_spec
 
-        return calibrated_from_spec(spec)
-    if spec.startswith("tiktoken:"):
-        return _load_tiktoken(spec.removeprefix("tiktoken:"))
-    path = Path(spec.removeprefix("hf:"))
+        parse_calibrated_spec(spec)
+        return "calibrated", spec
+    if spec.startswith("tiktoken:") and len(spec) > len("tiktoken:"):
+        return "tiktoken", spec.removeprefix("tiktoken:")
+    path = Path(spec.removeprefix("hf:")).expanduser()
     if path.suffix == ".json" or spec.startswith("hf:"):
         if not path.is_file():
             raise BadInput(f"--tokenizer {spec}: no such file")
-        try:
-            return HuggingFaceTokenizer(path)
-        except Exception as exc:  # the tokenizers library raises plain Exception subclasses
-            raise BadInput(
-                f"--tokenizer {spec}: not a Hugging Face tokenizer.json ({_first_line(exc)})"
-            ) from None
+        return "hf", str(path)
     raise BadInput(
         f"--tokenizer {spec}: unknown tokenizer (use '{DEFAULT_TOKENIZER}', 'tiktoken:<encoding>' "
         "or a path to a Hugging Face tokenizer.json)"
     )
+
+
+@functools.lru_cache(maxsize=8)
+def load_tokenizer(spec: str | None = None) -> Tokenizer:
+    """Resolve `--tokenizer` (parse_tokenizer_spec): `mistral-tekken`, `tiktoken:<encoding>`, a
+    Hugging Face `tokenizer.json` path (`.json` or `hf:`), `engine:...` or `calibrated:...`."""
+    kind, argument = parse_tokenizer_spec(spec)
+    return _LOADERS[kind](argument)
+
+
+def _load_tekken(name: str) -> TekkenTokenizer:
+    return TekkenTokenizer(_tekken_path(), name)
+
+
+def _load_engine(spec: str) -> Tokenizer:
+    from llmreplay.engine_tokenizer import from_spec
+
+    return from_spec(spec)
+
+
+def _load_calibrated(spec: str) -> Tokenizer:
+    from llmreplay.engine_tokenizer import calibrated_from_spec
+
+    return calibrated_from_spec(spec)
+
+
+def _load_hf(path: str) -> HuggingFaceTokenizer:
+    try:
+        return HuggingFaceTokenizer(Path(path))
+    except Exception as exc:  # the tokenizers library raises plain Exception subclasses
+        raise BadInput(
+            f"--tokenizer {path}: not a Hugging Face tokenizer.json ({_first_line(exc)})"
+        ) from None
 
 
 def _load_tiktoken(name: str) -> TiktokenTokenizer:
@@ -162,6 +191,15 @@ def _load_tiktoken(name: str) -> TiktokenTokenizer:
             f"known here: {', '.join(sorted(tiktoken.list_encoding_names()))}"
         ) from None
     return TiktokenTokenizer(encoding, f"tiktoken:{name}")
+
+
+_LOADERS = {
+    "tekken": _load_tekken,
+    "tiktoken": _load_tiktoken,
+    "hf": _load_hf,
+    "engine": _load_engine,
+    "calibrated": _load_calibrated,
+}
 
 
 def _first_line(exc: BaseException) -> str:

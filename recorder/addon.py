@@ -7,7 +7,6 @@ Use as `mitmdump --mode reverse:URL -s recorder/addon.py --set llmreplay_out=DIR
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import fnmatch
 import logging
 import secrets
@@ -18,8 +17,9 @@ from mitmproxy import ctx, exceptions, http
 
 from llmreplay.errors import BadInput
 from llmreplay.openai_wire.endpoints import endpoint_for_path
+from llmreplay.options import declared
 from recorder.capture import Capture
-from recorder.config import RecorderConfig, check_tokenizer_spec, option_names
+from recorder.config import RecorderConfig, option_names
 from recorder.converter_spec import ConverterSpec
 from recorder.h2_streams import H2StreamWatch
 from recorder.journal import Journal
@@ -69,14 +69,12 @@ class Recorder:
 
     # -- options ---------------------------------------------------------------------------
     def load(self, loader) -> None:
-        for field in dataclasses.fields(RecorderConfig):
-            default = field.default
+        for item in declared(RecorderConfig):  # help and default from the field, as the CLI's flags
+            default = item.default
             kind = type(default)
             if isinstance(default, tuple):
                 kind, default = Sequence[str], list(default)
-            loader.add_option(
-                OPTION_PREFIX + field.name, kind, default, _OPTION_HELP.get(field.name, field.name)
-            )
+            loader.add_option(OPTION_PREFIX + item.name, kind, default, "llmreplay: " + item.option.help)
 
     def configure(self, updated: set[str]) -> None:
         if not any(name.startswith(OPTION_PREFIX) for name in updated):
@@ -93,7 +91,6 @@ class Recorder:
             )
         try:
             config.validated()
-            check_tokenizer_spec(config.tokenizer)  # cheap: the converter loads it, not the proxy
             self._key = load_or_create_key(config.key_file)
         except BadInput as exc:
             raise exceptions.OptionsError(str(exc)) from None
@@ -431,23 +428,5 @@ def _first_values(fields, wanted: frozenset[bytes]) -> dict[bytes, str]:
 def _is_glob(pattern: str) -> bool:
     return any(c in pattern for c in "*?[")
 
-
-_OPTION_HELP = {
-    "out": "llmreplay: directory for trace files (recording is off when empty)",
-    "content": "llmreplay: also record message, tool and response content (for anonymization)",
-    "tokenizer": "llmreplay: tokenizer for counts and prefix hashes when the server sends no usage",
-    "key_file": "llmreplay: secret key file for keyed hashes (created 0600 if absent; never in the trace)",
-    "block_size": "llmreplay: tokens per prefix-hash block",
-    "paths": "llmreplay: URL paths recorded (exact or glob); other paths pass through unrecorded",
-    "session_header": "llmreplay: request header naming the session (conversation)",
-    "session_from_user": "llmreplay: use the request's `user` field as the session when no header names one",
-    "max_sessions": "llmreplay: open sessions remembered for session inference (LRU)",
-    "rotate": "llmreplay: start a new Parquet file after this time (1h) and/or size (256MB)",
-    "flush_interval_s": "llmreplay: seconds between spool fsyncs and watermark ticks (at most 1)",
-    "stats_interval_s": "llmreplay: seconds between counter/lag log lines",
-    "max_capture_bytes": "llmreplay: response bytes kept per request for parsing (the client always gets all)",
-    "reorder_window_s": "llmreplay: longest a finished row waits for older live requests before it is filed",
-    "stream_unrecorded": "llmreplay: stream (not buffer) responses of paths that are not recorded",
-}
 
 addons = [Recorder()]

@@ -1,6 +1,5 @@
-"""The recorder's settings, defined once: the CLI and the mitmproxy options both build a RecorderConfig.
-
-Parsing of human sizes lives here too (durations: llmreplay.durations); nothing here imports mitmproxy.
+"""The recorder's settings, each declared once on its field: `record`'s flags and the addon's mitmproxy
+options are built from them. Parsing of human sizes lives here too; no mitmproxy, no pyarrow here.
 """
 
 from __future__ import annotations
@@ -11,7 +10,8 @@ from pathlib import Path
 
 from llmreplay import durations
 from llmreplay.errors import BadInput
-from llmreplay.tokenizers import DEFAULT_TOKENIZER
+from llmreplay.options import duration_s, option
+from llmreplay.tokenizers import DEFAULT_TOKENIZER, parse_tokenizer_spec
 from llmreplay.trace_format import DEFAULT_BLOCK_SIZE
 
 DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
@@ -32,22 +32,63 @@ _SIZE_UNITS_BYTES = {
 class RecorderConfig:
     """Everything the addon needs; field names are the `llmreplay_<name>` mitmproxy options."""
 
-    out: str = ""
-    content: bool = False
-    tokenizer: str = DEFAULT_TOKENIZER
-    key_file: str = DEFAULT_KEY_FILE
-    block_size: int = DEFAULT_BLOCK_SIZE
-    paths: tuple[str, ...] = DEFAULT_PATHS
-    session_header: str = ""
-    session_from_user: bool = False
-    max_sessions: int = 100_000
-    rotate: str = "1h"
-    spool_limit: str = "4GB"  # journal bytes kept on disk while the converter lags or is down
-    flush_interval_s: float = 0.5
-    stats_interval_s: float = 60.0
-    max_capture_bytes: int = 16 * 1024 * 1024
-    reorder_window_s: float = 120.0
-    stream_unrecorded: bool = True
+    out: str = option(
+        "",
+        flags=("-o", "--out"),
+        required=True,
+        metavar="DIR",
+        help="Directory for the trace files (as a mitmproxy option: recording is off when empty).",
+    )
+    content: bool = option(
+        False,
+        flags=("--content/--shape",),
+        type=bool,
+        help="Also record message, tool and response content (for anonymization), or shape only.",
+    )
+    tokenizer: str = option(
+        DEFAULT_TOKENIZER, help="Tokenizer for counts and prefix hashes when the server sends no usage."
+    )
+    key_file: str = option(
+        DEFAULT_KEY_FILE,
+        help="Secret key file for keyed hashes (created 0600 if absent; outside the trace, never in it).",
+    )
+    block_size: int = option(DEFAULT_BLOCK_SIZE, type=int, help="Tokens per prefix-hash block.")
+    paths: tuple[str, ...] = option(
+        DEFAULT_PATHS,
+        flags=("--path",),
+        multiple=True,
+        help="URL path to record (exact or glob; repeat); other paths pass through unrecorded.",
+    )
+    session_header: str = option("", help="Request header that names the session (conversation).")
+    session_from_user: bool = option(
+        False, flag_value=True, help="Use the request's `user` field as the session when no header names one."
+    )
+    max_sessions: int = option(
+        100_000, type=int, help="Conversations remembered for session inference (LRU)."
+    )
+    rotate: str = option("1h", help="New Parquet file after a time and/or size: 1h, 256MB, '1h,256MB'.")
+    spool_limit: str = option(
+        "4GB",
+        help="Disk kept for unconverted captures while filing lags or is down; beyond it new captures are "
+        "dropped and counted, traffic still flows.",
+    )
+    flush_interval_s: float = option(
+        0.5, cli=False, help="Seconds between spool fsyncs and watermark ticks (at most 1)."
+    )
+    stats_interval_s: float = option(
+        60.0, flags=("--stats-interval",), help="Log counters and loop lag this often.", **duration_s()
+    )
+    max_capture_bytes: int = option(
+        16 * 1024 * 1024,
+        cli=False,
+        help="Response bytes kept per request for parsing (the client always gets all).",
+    )
+    reorder_window_s: float = option(
+        120.0, cli=False, help="Longest a finished row waits for older live requests before it is filed."
+    )
+    stream_unrecorded: bool = option(
+        True, cli=False, help="Stream (not buffer) responses of paths that are not recorded."
+    )
 
     def validated(self) -> RecorderConfig:
         """Raise BadInput naming the first bad setting; return self so calls chain."""
@@ -67,6 +108,7 @@ class RecorderConfig:
             raise BadInput(f"--path {list(self.paths)}: each path pattern must start with '/'")
         parse_rotate(self.rotate)
         parse_size_bytes(self.spool_limit, "--spool-limit")
+        parse_tokenizer_spec(self.tokenizer)  # its form only: the converter loads it, never the proxy
         return self
 
     @property
@@ -86,11 +128,6 @@ def option_names() -> list[str]:
     return [f.name for f in fields(RecorderConfig)]
 
 
-def parse_duration_s(text: str, what: str = "--duration") -> float:
-    """'90s', '15m', '24h', '2d', '250ms' or a plain number of seconds (llmreplay.durations)."""
-    return durations.parse_duration_s(text, what)
-
-
 def parse_size_bytes(text: str, what: str = "--rotate") -> int:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmg]i?b|b)\s*", text.lower())
     if not match:
@@ -108,23 +145,7 @@ def parse_rotate(text: str) -> tuple[float | None, int | None]:
         if re.search(r"b\s*$", part.lower()):
             size = parse_size_bytes(part)
         else:
-            seconds = parse_duration_s(part, "--rotate")
+            seconds = durations.parse_duration_s(part, "--rotate")
     if seconds is None and size is None:
         raise BadInput(f"--rotate {text!r}: give a time (1h) or a size (256MB)")
     return seconds, size
-
-
-def check_tokenizer_spec(spec: str) -> None:
-    """Refuse an obviously wrong --tokenizer without loading it: the proxy never loads a tokenizer
-    (the converter process does, and reports a failure at start)."""
-    if spec == DEFAULT_TOKENIZER or (spec.startswith("tiktoken:") and len(spec) > len("tiktoken:")):
-        return
-    path = Path(spec.removeprefix("hf:")).expanduser()
-    if path.suffix == ".json" or spec.startswith("hf:"):
-        if not path.is_file():
-            raise BadInput(f"--tokenizer {spec}: no such file")
-        return
-    raise BadInput(
-        f"--tokenizer {spec}: unknown tokenizer (use '{DEFAULT_TOKENIZER}', 'tiktoken:<encoding>' "
-        "or a path to a Hugging Face tokenizer.json)"
-    )

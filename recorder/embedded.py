@@ -14,21 +14,66 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmreplay.errors import BadInput
+from llmreplay.options import duration_s as seconds_flag
+from llmreplay.options import http_url, option
 from recorder.config import RecorderConfig, option_names
 
 log = logging.getLogger("llmreplay.recorder")
 
 
+def parse_listen(text: str, flag: str) -> tuple[str, int]:
+    """`HOST:PORT` (an IPv6 host in brackets; no host: loopback) -> (host, port)."""
+    host, _, port = text.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise BadInput(f"{flag} {text!r}: expected HOST:PORT, e.g. 127.0.0.1:8080")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def parse_upstream(text: str, flag: str) -> str:
+    http_url(text, flag)
+    return text.rstrip("/")
+
+
 @dataclass(frozen=True, slots=True)
 class RecordRun:
-    upstream: str
-    listen_host: str = "127.0.0.1"
-    listen_port: int = 8080
-    duration_s: float | None = None
-    drain_timeout_s: float = 30.0
-    confdir: str = "~/.llmreplay/mitmproxy"  # mitmproxy writes its CA here even in plain-http mode
-    uvloop: bool = False
+    """One `llmreplay record`: the proxy's own settings around the addon's RecorderConfig."""
+
+    upstream: str = option(
+        flags=("--upstream",),
+        required=True,
+        metavar="URL",
+        parse=parse_upstream,
+        help="The inference gateway or engine to forward to (http[s]://HOST:PORT).",
+    )
+    listen: tuple[str, int] = option(
+        ("127.0.0.1", 8080),
+        metavar="HOST:PORT",
+        parse=parse_listen,
+        show=lambda listen: f"{listen[0]}:{listen[1]}",
+        help="Address to listen on.",
+    )
     recorder: RecorderConfig = field(default_factory=RecorderConfig)
+    duration_s: float | None = option(
+        None, flags=("--duration",), help="Stop (gracefully) after this long.", **seconds_flag()
+    )
+    drain_timeout_s: float = option(
+        30.0,
+        flags=("--drain-timeout",),
+        help="On SIGTERM/SIGINT, wait this long for live requests.",
+        **seconds_flag(),
+    )
+    confdir: str = option(
+        "~/.llmreplay/mitmproxy", help="mitmproxy's config dir (its CA lives there, even in plain-http mode)."
+    )
+    uvloop: bool = option(False, flag_value=True, help="Run mitmproxy on uvloop (less CPU per request).")
+
+    @property
+    def listen_host(self) -> str:
+        return self.listen[0]
+
+    @property
+    def listen_port(self) -> int:
+        return self.listen[1]
 
 
 def run_recorder(run: RecordRun) -> int:
