@@ -70,6 +70,8 @@ def _print_table(s: dict) -> None:
     )
     table.add_row("prompt tokens p50/p90/p99", _pcts(s["prompt_tokens"]))
     table.add_row("completion tokens p50/p90/p99", _pcts(s["completion_tokens"]))
+    if s["reasoning_tokens"]["p50"] is not None:  # format 1.2 on: of the completion tokens
+        table.add_row("of which reasoning p50/p90/p99", _pcts(s["reasoning_tokens"]))
     share = s["share"]
     table.add_row(
         "mix",

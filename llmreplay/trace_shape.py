@@ -79,6 +79,9 @@ def describe_trace(table: pa.Table) -> dict:
         "completion_tokens": _rounded(
             percentiles(_numpy(table.column("completion_tokens")), SHAPE_PERCENTILES)
         ),
+        "reasoning_tokens": _rounded(
+            percentiles(_numpy(table.column("reasoning_tokens")), SHAPE_PERCENTILES)
+        ),
         "share": {
             "stream": round(_share(table.column("stream").to_numpy(zero_copy_only=False)), 4),
             "tools": round(_share(_numpy(table.column("tools_count")) > 0), 4),
