@@ -53,7 +53,10 @@ DIALECTS = {
     "vllm": Dialect(
         "vllm",
         lambda model, text, pieces: {
-            "model": model, "prompt": text, "add_special_tokens": False, "return_token_strs": pieces,
+            "model": model,
+            "prompt": text,
+            "add_special_tokens": False,
+            "return_token_strs": pieces,
         },
         lambda answer: answer["tokens"],
         _vllm_pieces,
@@ -64,9 +67,11 @@ DIALECTS = {
         "llama.cpp",
         lambda model, text, pieces: {"content": text, "add_special": False, "with_pieces": pieces},
         lambda answer: [t["id"] if isinstance(t, dict) else t for t in answer["tokens"]],
-        lambda answer: [(t["id"], t["piece"]) for t in answer["tokens"]]
-        if answer["tokens"] and isinstance(answer["tokens"][0], dict)
-        else None,
+        lambda answer: (
+            [(t["id"], t["piece"]) for t in answer["tokens"]]
+            if answer["tokens"] and isinstance(answer["tokens"][0], dict)
+            else None
+        ),
         lambda model, ids: {"tokens": list(ids)},
         lambda answer: answer["content"],
     ),
@@ -84,7 +89,9 @@ class EngineTokenizer:
     # -- the Tokenizer protocol ---------------------------------------------------------------
 
     def encode(self, text: str) -> list[int]:
-        return self.dialect.encode_ids(self._post("/tokenize", self.dialect.encode_body(self.model, text, False)))
+        return self.dialect.encode_ids(
+            self._post("/tokenize", self.dialect.encode_body(self.model, text, False))
+        )
 
     def decode(self, ids: list[int]) -> str:
         return self.dialect.decode_text(self._post("/detokenize", self.dialect.decode_body(self.model, ids)))
@@ -102,7 +109,7 @@ class EngineTokenizer:
     # -- what only an engine can tell --------------------------------------------------------
 
     def single_token_words(self, words: Iterable[str]) -> dict[str, int]:
-        """" word" -> id for the words that are one token in running text, from bulk calls."""
+        """ " word" -> id for the words that are one token in running text, from bulk calls."""
         words = list(words)
         chunks = [words[i : i + WORDS_PER_CALL] for i in range(0, len(words), WORDS_PER_CALL)]
         with ThreadPoolExecutor(BATCH_WORKERS) as pool:
@@ -113,10 +120,15 @@ class EngineTokenizer:
 
     def _single_in_chunk(self, words: Sequence[str]) -> dict[str, int]:
         text = "".join(" " + w for w in words)
-        pieces = self.dialect.encode_pieces(self._post("/tokenize", self.dialect.encode_body(self.model, text, True)))
+        pieces = self.dialect.encode_pieces(
+            self._post("/tokenize", self.dialect.encode_body(self.model, text, True))
+        )
         if pieces is None:
-            return {" " + w: ids[0] for w, ids in zip(words, self.encode_batch([" " + w for w in words]), strict=True)
-                    if len(ids) == 1}
+            return {
+                " " + w: ids[0]
+                for w, ids in zip(words, self.encode_batch([" " + w for w in words]), strict=True)
+                if len(ids) == 1
+            }
         wanted, found, current = set(words), {}, []
         for token_id, piece in [*pieces, (None, " ")]:  # a word starts at each piece with a space
             if piece.startswith(" ") and current:
@@ -140,7 +152,9 @@ class EngineTokenizer:
     def count_prompt(self, text: str) -> int:
         """The prompt tokens the engine counts for a completions prompt (BOS and the like included)."""
         if self.dialect.name == "vllm":
-            return self._post("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": True})["count"]
+            return self._post("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": True})[
+                "count"
+            ]
         return len(self._post("/tokenize", {"content": text, "add_special": True})["tokens"])
 
     @property
@@ -152,7 +166,9 @@ class EngineTokenizer:
 
     def _fingerprint(self) -> str:
         ids = self.encode(_PROBE)
-        return hashlib.blake2b(json.dumps([self.dialect.name, self.model, ids]).encode(), digest_size=6).hexdigest()
+        return hashlib.blake2b(
+            json.dumps([self.dialect.name, self.model, ids]).encode(), digest_size=6
+        ).hexdigest()
 
     def _post(self, path: str, body: dict) -> dict:
         return self._http.post(path, body)
@@ -164,7 +180,9 @@ class JsonHttp:
     def __init__(self, base_url: str, api_key: str | None = None):
         parts = urllib.parse.urlsplit(base_url)
         if parts.username or parts.password:
-            raise BadInput(f"{parts.hostname}: credentials in the target URL are not supported; use --api-key")
+            raise BadInput(
+                f"{parts.hostname}: credentials in the target URL are not supported; use --api-key"
+            )
         self._host, self._port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
         self._https = parts.scheme == "https"
         self._root = parts.path.rstrip("/").removesuffix("/v1")
@@ -210,7 +228,9 @@ def parse_engine_spec(spec: str) -> tuple[str, str, str]:
     dialect, _, rest = spec.removeprefix(SPEC_PREFIX).partition(":")
     model, _, base_url = rest.rpartition("@")
     if dialect not in DIALECTS or not model or not base_url:
-        raise BadInput(f"--tokenizer {spec}: expected engine:DIALECT:MODEL@URL with DIALECT one of {', '.join(DIALECTS)}")
+        raise BadInput(
+            f"--tokenizer {spec}: expected engine:DIALECT:MODEL@URL with DIALECT one of {', '.join(DIALECTS)}"
+        )
     return dialect, model, base_url
 
 
@@ -302,7 +322,9 @@ def parse_calibrated_spec(spec: str) -> tuple[Calibration, str | None]:
         a, b, c, local_spec = spec.removeprefix(CALIBRATED_PREFIX).split(":", 3)
         calibration = Calibration(float(a), float(b), float(c))
     except ValueError:
-        raise BadInput(f"--tokenizer {spec}: expected calibrated:PER_TOKEN:PER_REQUEST:PER_MESSAGE:LOCAL") from None
+        raise BadInput(
+            f"--tokenizer {spec}: expected calibrated:PER_TOKEN:PER_REQUEST:PER_MESSAGE:LOCAL"
+        ) from None
     parse_tokenizer_spec(local_spec or None)
     return calibration, local_spec or None
 

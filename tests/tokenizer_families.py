@@ -18,7 +18,9 @@ _SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"] + ["th", "sh
 def _corpus(seed: int = 7, lines: int = 12_000) -> list[str]:
     rng = random.Random(seed)
     words = ["".join(rng.choices(_SYLLABLES, k=rng.randint(1, 4))) for _ in range(60_000)]
-    zipf = list(itertools.accumulate(1 / (rank + 1) for rank in range(len(words))))  # frequent words become tokens
+    zipf = list(
+        itertools.accumulate(1 / (rank + 1) for rank in range(len(words)))
+    )  # frequent words become tokens
     return [" ".join(rng.choices(words, cum_weights=zipf, k=24)) + "." for _ in range(lines)]
 
 

@@ -31,7 +31,9 @@ def tokenize(tokenizer: Tokenizer, raw: bytes, message_overhead_tokens: int) -> 
 
 def detokenize(tokenizer: Tokenizer, raw: bytes) -> dict:
     tokens = _object(raw).get("tokens")
-    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+    if not isinstance(tokens, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) for t in tokens
+    ):
         raise InvalidRequest("'tokens' must be an array of integers", param="tokens")
     try:
         return {"prompt": tokenizer.decode(tokens)}

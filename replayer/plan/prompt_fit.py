@@ -60,7 +60,9 @@ def content_summary(errors: list[float]) -> dict | None:
         "exact_share": sum(1 for e in ordered if e == 0) / len(ordered),
         "relative_error_p50": pick(0.5),
         "relative_error_p90": pick(0.9),
-        "hint": None if pick(0.9) == 0 and pick(0.1) == 0 else "--fit-lengths respells it to the target's counts",
+        "hint": None
+        if pick(0.9) == 0 and pick(0.1) == 0
+        else "--fit-lengths respells it to the target's counts",
     }
 
 

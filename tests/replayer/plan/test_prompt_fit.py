@@ -51,7 +51,9 @@ def speller():
 
 def _built(rec, speller, fitter):
     plan = plan_for(rec)[0]
-    built = build_request(rec, plan, BuildOptions(engine="openai", model=None, default_model="m"), speller, fitter)
+    built = build_request(
+        rec, plan, BuildOptions(engine="openai", model=None, default_model="m"), speller, fitter
+    )
     return orjson.loads(built.body)
 
 
