@@ -24,13 +24,15 @@ from anonymizer.config import DEFAULT_CACHE_BYTES
 from anonymizer.fakes import Fakes
 from anonymizer.media import png_data_url, silent_wav_base64
 from anonymizer.tools_schema import JsonTemplate, Slot, fit_value, json_text_template
+from llmreplay.openai_wire.channels import REASONING, text_keys
 from llmreplay.openai_wire.message_text import message_text, text_parts
 
 GRANULARITY_TOKENS = 16  # at most 32: one 64-byte digest draws a whole chunk
 _UNPACK_INDICES = struct.Struct("<32H").unpack
 ROOT_DIGEST = bytes(16)
 _DETAILS = ("auto", "low", "high")
-_UNCOUNTED_TEXT = ("refusal", "reasoning_content", "reasoning")
+# message text that the prompt's count leaves out, replaced all the same: a refusal, reasoning by any name
+_UNCOUNTED_TEXT = ("refusal", *text_keys(REASONING))
 
 
 def _plain_field(message: dict) -> str | None:
