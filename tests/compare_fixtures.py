@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import datetime
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llmreplay.run_format import RESULT_SCHEMA, RESULTS_FILE, RUN_FILE, RUN_FORMAT_VERSION
@@ -157,6 +159,16 @@ def write_run(
     }
     (run_dir / RUN_FILE).write_text(json.dumps(run_json))
     return run_dir
+
+
+def copy_run_with(run: Path, copy: Path, name: str, values) -> Path:
+    """A copy of the run directory `run` at `copy` whose results column `name` is `values(table)`."""
+    shutil.copytree(run, copy)
+    table = pq.read_table(copy / RESULTS_FILE)
+    index = table.schema.get_field_index(name)
+    field = table.schema.field(index)
+    pq.write_table(table.set_column(index, field, pc.cast(values(table), field.type)), copy / RESULTS_FILE)
+    return copy
 
 
 def write_trace_file(path: Path, shape: Shape, ttft_ns: np.ndarray, tpot_ns: np.ndarray) -> Path:

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-import shutil
 
-import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from click.testing import CliRunner
-from compare_fixtures import Shape, latencies_ns, write_run
+from compare_fixtures import Shape, copy_run_with, latencies_ns, write_run
 
 from llmreplay.cli import cli
 from llmreplay.metrics import BY_NAME, GATING, LATENCY_METRICS
-from llmreplay.run_format import RESULTS_FILE
 
 SHAPE = Shape(n=400, seed=5, interval_ms=10.0)
 
@@ -21,12 +17,9 @@ SHAPE = Shape(n=400, seed=5, interval_ms=10.0)
 def test_a_tripled_ttfb_is_reported_as_a_regression_but_the_gate_holds(tmp_path):
     ttft, tpot = latencies_ns(SHAPE, seed=1)
     baseline = write_run(tmp_path / "baseline", SHAPE, ttft, tpot)
-    candidate = tmp_path / "slow_headers"
-    shutil.copytree(baseline, candidate)
-    table = pq.read_table(candidate / RESULTS_FILE)
-    index = table.schema.get_field_index("ttfb_ns")
-    tripled = pc.cast(pc.multiply(table.column(index), 3), pa.int64())
-    pq.write_table(table.set_column(index, table.schema.field(index), tripled), candidate / RESULTS_FILE)
+    candidate = copy_run_with(
+        baseline, tmp_path / "slow_headers", "ttfb_ns", lambda t: pc.multiply(t.column("ttfb_ns"), 3)
+    )
     out = CliRunner().invoke(
         cli, ["compare", str(baseline), str(candidate), "--json"], catch_exceptions=False
     )

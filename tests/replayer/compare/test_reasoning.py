@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 
-import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from click.testing import CliRunner
-from compare_fixtures import Shape, latencies_ns, write_run
+from compare_fixtures import Shape, copy_run_with, latencies_ns, write_run
 
 from llmreplay.cli import cli
-from llmreplay.run_format import RESULTS_FILE
 from replayer.compare.reasoning import share_moved
 
 SHAPE = Shape(n=200, seed=4, interval_ms=10.0)
@@ -29,12 +25,7 @@ def test_a_share_that_moved_by_five_points_or_more_is_a_finding():
 def test_compare_reports_the_moved_split_without_failing_on_it(tmp_path):
     ttft, tpot = latencies_ns(SHAPE, seed=2)
     baseline = write_run(tmp_path / "baseline", SHAPE, ttft, tpot)
-    candidate = tmp_path / "thinks"
-    shutil.copytree(baseline, candidate)
-    table = pq.read_table(candidate / RESULTS_FILE)
-    index = table.schema.get_field_index("reasoning_tokens")
-    half = pc.cast(pc.divide(table.column("completion_tokens"), 2), pa.int32())  # same output, half reasoning
-    pq.write_table(table.set_column(index, table.schema.field(index), half), candidate / RESULTS_FILE)
+    candidate = copy_run_with(baseline, tmp_path / "thinks", "reasoning_tokens", _half_the_output)
     out = CliRunner().invoke(
         cli, ["compare", str(baseline), str(candidate), "--json"], catch_exceptions=False
     )
@@ -46,3 +37,8 @@ def test_compare_reports_the_moved_split_without_failing_on_it(tmp_path):
     assert {"item": "reasoning share", "kind": "output", "verdict": "moved"}.items() <= next(
         row for row in result["verdict"]["rows"] if row["item"] == "reasoning share"
     ).items()
+
+
+def _half_the_output(table):
+    """The same output tokens, half of them reasoning."""
+    return pc.divide(table.column("completion_tokens"), 2)
