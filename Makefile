@@ -28,7 +28,7 @@ lint: $(STAMP)
 test: $(STAMP) lint
 	$(VENV)/bin/pytest -q --ignore=tests/engines
 
-# in-process tests only (no test marked e2e: those start processes), in under a minute
+# the in-process tests: those marked e2e (they start processes; tests/e2e_marker.py holds the rule) left out
 test-fast: $(STAMP) lint
 	$(VENV)/bin/pytest -q -m "not e2e" --ignore=tests/engines
 
