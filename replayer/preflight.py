@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import http.client
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -33,9 +34,11 @@ from replayer.target import TargetInfo, lookup
 REQUEST_ID_PREFIX = "llmreplay-preflight-"  # X-Request-Id of every preflight request: logs can drop them
 FORCED_TOKENS = 6  # the length the forcing check asks for
 CACHE_SENTENCES = 48  # ~700 tokens in common vocabularies: several prefix-cache blocks (vLLM's are 128)
-MAX_TIMEOUT_S = 30.0  # a preflight request waits at most this long (or --read-timeout, if shorter)
+MAX_TIMEOUT_S = 10.0  # a preflight request's whole answer takes at most this long (or --read-timeout)
 OK, WARN, STOP, UNVERIFIED = "ok", "warn", "stop", "unverified"
-_NOT_REFUSALS = (408, 429)  # 4xx answers that say "not now", not "never"
+# What engines answer to a request they will not serve as asked (vLLM, SGLang, llama.cpp 400; TGI 422).
+# Other statuses (401, 404, 429, 5xx) say nothing about the feature tried: unverified, never a stop.
+REFUSALS = (400, 422)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +72,7 @@ class Answer:
 
     @property
     def refused(self) -> bool:
-        return self.status is not None and 400 <= self.status < 500 and self.status not in _NOT_REFUSALS
+        return self.status in REFUSALS
 
     def why(self) -> str:
         return f"HTTP {self.status}: {self.error}" if self.status is not None else self.error
@@ -232,9 +235,10 @@ def _commonest(models: pa.ChunkedArray) -> str | None:
 def check_length(answer: Answer, engine: Engine, wanted: int = FORCED_TOKENS) -> Check:
     """The forcing request came back with exactly `wanted` completion tokens."""
     fields = ", ".join(name for name, _ in engine.force_length)
-    if answer.refused:  # every request of the replay is sent like this one
-        fix = "pass the right --engine (--engine openai sends no forcing field)" if fields else None
-        return Check("length", STOP, f"a {wanted}-token request is refused: {answer.why()}", fix)
+    if answer.refused:  # a warning, like any length not forced: the replay's answers will tell
+        sent = f"a {wanted}-token request" + (f" with {fields}" if fields else "")
+        fix = "check --engine (--engine openai sends no forcing field)" if fields else None
+        return Check("length", WARN, f"{sent} is refused: {answer.why()}", fix)
     if not engine.forces_length:
         why = f"{engine.title} cannot force output length: answers may stop early at EOS"
         return Check("length", WARN, why)
@@ -332,7 +336,7 @@ class _Prober:
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                status, raw = response.status, response.read()
+                status, raw = response.status, _read_until(response, time.monotonic() + self.timeout_s)
         except urllib.error.HTTPError as exc:
             status, raw = exc.code, _body_of(exc)
         except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
@@ -367,6 +371,16 @@ class _Prober:
         return text if len(text) <= 160 else text[:157] + "..."
 
 
+def _read_until(response: http.client.HTTPResponse, deadline: float) -> bytes:
+    """The whole body, or TimeoutError once `deadline` passes: a server that trickles bytes gets no longer."""
+    chunks = []
+    while chunk := response.read1(65536):
+        chunks.append(chunk)
+        if time.monotonic() > deadline:
+            raise TimeoutError("no whole answer in time")
+    return b"".join(chunks)
+
+
 def _body_of(exc: urllib.error.HTTPError) -> bytes:
     try:
         return exc.read()
@@ -397,9 +411,11 @@ def _cache_text(context_tokens: int | None) -> str:
 
 
 def _probe(prober: _Prober, needs: TraceNeeds, engine: Engine, context_tokens: int | None) -> list[Check]:
-    """The checks that send requests: length first (a refusal there ends them), then cache, then features."""
-    length = check_length(prober.send(*_request(needs, engine, FORCED_TOKENS, "Say hello.")), engine)
-    if length.outcome == STOP:
+    """The checks that send requests: length first, then cache, then features. The length request is
+    the plain one every other adds to: when it got no answer, the others would tell nothing."""
+    first = prober.send(*_request(needs, engine, FORCED_TOKENS, "Say hello."))
+    length = check_length(first, engine)
+    if first.shape is None:
         return [length]
     repeat = None
     if engine.cached_tokens:
@@ -458,5 +474,5 @@ def preflight_target(
         raise BadInput(f"preflight: {stop.name}: {stop.detail}{fix} (or --skip-preflight)")
     if console is not None and not config.quiet:
         for line in found.lines():
-            console.print(line, markup=False, highlight=False)
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     return found

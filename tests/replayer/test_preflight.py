@@ -96,16 +96,17 @@ def _ok(completion: int | None = 6, cached: int | None = None, prompt: int = 700
     )
 
 
-def test_length_forced_refused_short_or_impossible():
+def test_length_forced_short_refused_or_impossible_is_never_a_stop():
     assert check_length(_ok(6), VLLM).outcome == OK
     short = check_length(_ok(3), LLAMA)
     assert short.outcome == WARN and "ignore_eos, n_predict" in short.detail and "got 3" in short.detail
-    stop = check_length(Answer(400, error="unknown field ignore_eos"), VLLM)
-    assert stop.outcome == STOP and "--engine openai" in stop.fix and "HTTP 400" in stop.detail
+    refused = check_length(Answer(400, error="unknown field ignore_eos"), VLLM)
+    assert refused.outcome == WARN and "--engine openai" in refused.fix and "HTTP 400" in refused.detail
     assert check_length(_ok(6), OPENAI).outcome == WARN  # cannot force: a warning, never a stop
     assert check_length(Answer(None, error="timed out"), VLLM).outcome == UNVERIFIED
     assert check_length(Answer(503, error="busy"), VLLM).outcome == UNVERIFIED
     assert check_length(Answer(429, error="slow down"), VLLM).outcome == UNVERIFIED
+    assert check_length(Answer(401, error="invalid credentials"), VLLM).outcome == UNVERIFIED
 
 
 def test_cached_tokens_reported_or_the_flag_that_would():

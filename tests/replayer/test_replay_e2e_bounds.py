@@ -125,6 +125,7 @@ def test_duration_and_grace_bound_a_run_against_a_trickling_server(tmp_path, tri
         str(DURATION_S),
         "--grace",
         str(GRACE_S),
+        "--skip-preflight",  # its requests would trickle too (for its own bound, MAX_TIMEOUT_S): not under test
     )
     began = time.monotonic()
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TRICKLE_MAX_S)
