@@ -11,6 +11,7 @@ import hashlib
 import http.client
 import json
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +19,9 @@ from dataclasses import asdict, dataclass
 
 from llmreplay.errors import BadInput
 
-TIMEOUT_S = 30.0
+TIMEOUT_S = 30.0  # a whole request and its answer, however slowly the server trickles it
+DETECT_TIMEOUT_S = 3.0  # asking whether the target has /tokenize at all
+MAX_ANSWER_BYTES = 64 << 20
 BATCH_WORKERS = 8
 WORDS_PER_CALL = 1500  # words checked in one bulk /tokenize call (a few thousand tokens)
 _PROBE = " the quick brown fox jumps over the lazy dog"
@@ -81,8 +84,15 @@ DIALECTS = {
 class EngineTokenizer:
     """llmreplay.tokenizers.Tokenizer over a live engine, plus `count_chat` (template included)."""
 
-    def __init__(self, base_url: str, model: str, dialect: str, api_key: str | None = None):
-        self._http = JsonHttp(base_url, api_key)
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        dialect: str,
+        api_key: str | None = None,
+        timeout_s: float = TIMEOUT_S,
+    ):
+        self._http = JsonHttp(base_url, api_key, timeout_s)
         self.base_url, self.model, self.dialect = base_url, model, DIALECTS[dialect]
         self.id = f"engine:{dialect}:{model}#{self._fingerprint()}"
 
@@ -175,9 +185,10 @@ class EngineTokenizer:
 
 
 class JsonHttp:
-    """POST JSON, read JSON: one kept-alive connection per thread, bounded by TIMEOUT_S."""
+    """POST JSON, read JSON: one kept-alive connection per thread; each answer whole within `timeout_s`."""
 
-    def __init__(self, base_url: str, api_key: str | None = None):
+    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = TIMEOUT_S):
+        self.timeout_s = timeout_s
         parts = urllib.parse.urlsplit(base_url)
         if parts.username or parts.password:
             raise BadInput(
@@ -196,7 +207,7 @@ class JsonHttp:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            conn = self._local.conn = cls(self._host, self._port, timeout=TIMEOUT_S)
+            conn = self._local.conn = cls(self._host, self._port, timeout=self.timeout_s)
         return conn
 
     def post(self, path: str, body: dict) -> dict:
@@ -204,14 +215,15 @@ class JsonHttp:
         data = json.dumps(body).encode()
         for attempt in (1, 2):  # a kept-alive connection the server closed is retried once
             conn = self._connection()
+            deadline = time.monotonic() + self.timeout_s
             try:
                 conn.request("POST", self._root + path, data, self._headers)
                 answer = conn.getresponse()
-                payload = answer.read()
+                payload = _read_by(conn, answer, deadline, url)
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
                 self._local.conn = None
-                if attempt == 2:
+                if attempt == 2 or isinstance(exc, TimeoutError):  # only a dropped keep-alive is retried
                     raise BadInput(f"{url}: the engine did not answer ({exc})") from None
                 continue
             if answer.status != 200:
@@ -221,6 +233,24 @@ class JsonHttp:
             except ValueError:
                 raise BadInput(f"{url}: the answer is not JSON ({payload[:80]!r})") from None
         raise AssertionError("unreachable")
+
+
+def _read_by(conn, answer: http.client.HTTPResponse, deadline: float, url: str) -> bytes:
+    """The whole body before `deadline` (a server that trickles bytes cannot hold the replay)."""
+    parts, size = [], 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no whole answer in time")
+        if conn.sock is not None:
+            conn.sock.settimeout(left)
+        part = answer.read1(65536)
+        if not part:
+            return b"".join(parts)
+        size += len(part)
+        if size > MAX_ANSWER_BYTES:
+            raise BadInput(f"{url}: an answer larger than {MAX_ANSWER_BYTES >> 20} MB")
+        parts.append(part)
 
 
 def parse_engine_spec(spec: str) -> tuple[str, str, str]:
@@ -244,7 +274,7 @@ def detect_dialect(base_url: str, model: str, api_key: str | None = None) -> str
     """The dialect whose /tokenize answers on this engine, or None (no tokenize endpoint)."""
     for name in DIALECTS:
         try:
-            tokenizer = EngineTokenizer(base_url, model, name, api_key)
+            tokenizer = EngineTokenizer(base_url, model, name, api_key, DETECT_TIMEOUT_S)
             if tokenizer.encode(_PROBE):
                 return name
         except (BadInput, KeyError, TypeError):

@@ -1,0 +1,117 @@
+"""The target's tokenizer over HTTP: the sim's /tokenize (vLLM's dialect) counts as its usage does,
+the calibration from usage finds the sim's 1:1 count, and a trickling server cannot hold a replay."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from llmreplay.engine_tokenizer import (
+    EngineTokenizer,
+    JsonHttp,
+    calibrate,
+    calibrated_from_spec,
+    detect_dialect,
+    from_spec,
+)
+from llmreplay.errors import BadInput
+from llmreplay.exact_text import ExactText
+from llmreplay.tokenizers import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def sim_url():
+    from in_process_sim import InProcessSim
+
+    sim = InProcessSim()
+    url = sim.start()
+    yield url
+    sim.stop()
+
+
+def _usage(url: str, messages: list[dict]) -> int:
+    body = json.dumps({"model": "sim-model", "messages": messages, "max_tokens": 1}).encode()
+    request = urllib.request.Request(f"{url}/v1/chat/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.loads(answer.read())["usage"]["prompt_tokens"]
+
+
+def test_the_sims_tokenize_counts_as_its_usage(sim_url):
+    assert detect_dialect(sim_url, "sim-model") == "vllm"
+    engine = EngineTokenizer(sim_url, "sim-model", "vllm")
+    assert from_spec(engine.spec).id == engine.id
+    text = ExactText(engine).text
+    for n in (1, 40, 700):
+        messages = [{"role": "system", "content": text(5, b"s")}, {"role": "user", "content": text(n, b"u")}]
+        assert engine.count_chat(messages) == _usage(sim_url, messages) == n + 5
+    assert engine.decode(engine.encode(" lorem ipsum dolor")) == " lorem ipsum dolor"
+
+
+def test_bulk_single_token_words_agree_with_the_local_tokenizer(sim_url):
+    engine = EngineTokenizer(sim_url, "sim-model", "vllm")
+    local = load_tokenizer()
+    words = ["dolor", "amet", "zzqxjv", "the", "consectetur"]
+    found = engine.single_token_words(words)
+    assert found == {" " + w: local.encode(" " + w)[0] for w in words if len(local.encode(" " + w)) == 1}
+    assert ExactText(engine).vocabulary == ExactText(local).vocabulary
+
+
+def test_calibration_from_usage_finds_the_sims_count(sim_url):
+    local = load_tokenizer()
+    calibration = calibrate(sim_url, "sim-model", local)
+    assert calibration.per_token == pytest.approx(1.0)
+    assert calibration.per_request == pytest.approx(0.0, abs=1e-9)
+    tokenizer = calibrated_from_spec(f"calibrated:{calibration.per_token!r}:0.0:0.0:")
+    text = ExactText(local).text(321, b"x")
+    assert tokenizer.count_chat([{"role": "user", "content": text}]) == 321
+
+
+@pytest.fixture
+def trickling_url():
+    """A server that answers 200 and then one byte every 200 ms, for ever."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve():
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=trickle, args=(conn,), daemon=True).start()
+
+    def trickle(conn):
+        with conn:
+            try:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+                while not stop.is_set():
+                    conn.sendall(b"{")
+                    time.sleep(0.2)
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join(5)
+    listener.close()
+
+
+def test_a_trickling_answer_is_cut_at_the_deadline(trickling_url):
+    started = time.monotonic()
+    with pytest.raises(BadInput, match="did not answer"):
+        JsonHttp(trickling_url, None, timeout_s=0.8).post("/tokenize", {"prompt": "x"})
+    assert time.monotonic() - started < 2.0
+
+
+def test_credentials_in_the_url_are_refused():
+    with pytest.raises(BadInput, match="credentials"):
+        JsonHttp("http://user:secret@127.0.0.1:9/")
