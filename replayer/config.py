@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 
 from llmreplay.engines import BY_NAME
 from llmreplay.errors import BadInput
-from llmreplay.options import duration, factor, option, url
+from llmreplay.options import duration, factor, http_url, option
 from llmreplay.tokenizers import DEFAULT_TOKENIZER
 from replayer.compare.gate_limits import FidelityLimits, max_error_rate_field
 
 ENGINES = ("detect", *BY_NAME)  # llmreplay.engines: one row per engine
 NS_PER_S = 1_000_000_000
+SERVER_METRICS_OFF = "none"  # --server-metrics none: scrape nothing, not even the target's own
 
 
 def parse_headers(values: tuple[str, ...], flag: str) -> tuple[tuple[str, str], ...]:
@@ -29,6 +30,29 @@ def parse_headers(values: tuple[str, ...], flag: str) -> tuple[tuple[str, str], 
             )
         pairs.append((name.strip(), rest.strip()))
     return tuple(pairs)
+
+
+def parse_server_metrics(text: str, flag: str) -> str:
+    """A URL (checked by llmreplay.options.http_url) or SERVER_METRICS_OFF."""
+    if text.strip().lower() == SERVER_METRICS_OFF:
+        return SERVER_METRICS_OFF
+    http_url(text, flag)
+    return text
+
+
+def parse_model_map(values: tuple[str, ...], flag: str) -> tuple[tuple[str, str], ...]:
+    """`PROD=STAGING` strings -> (prod, staging) pairs; `*=STAGING` stands for every model."""
+    pairs: dict[str, str] = {}
+    for value in values:
+        prod, sep, staging = (part.strip() for part in value.partition("="))
+        if not sep or not prod or not staging or "=" in staging or staging == "*":
+            raise BadInput(
+                f"{flag} {value!r}: expected PROD=STAGING (model names, or *=STAGING for every model)"
+            )
+        if pairs.get(prod, staging) != staging:
+            raise BadInput(f"{flag}: {prod!r} mapped twice ({pairs[prod]!r} and {staging!r})")
+        pairs[prod] = staging
+    return tuple(pairs.items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +127,14 @@ class ReplayConfig:
     )
     engine: str = option("detect", choices=ENGINES, help="Fields that force output length.")
     model: str | None = option(None, help="Model name to send, overriding the trace's.")
+    model_map: tuple[tuple[str, str], ...] = option(
+        (),
+        flags=("--model-map",),
+        multiple=True,
+        parse=parse_model_map,
+        metavar="PROD=STAGING",
+        help="Send the trace's model PROD as STAGING, keeping the per-model mix (repeatable; *=STAGING: all).",
+    )
     session_header: str | None = option(
         None, help="Send the session id in this header (e.g. X-Session-Affinity)."
     )
@@ -144,8 +176,11 @@ class ReplayConfig:
     server_metrics_url: str | None = option(
         None,
         flags=("--server-metrics",),
-        help="Prometheus URL to scrape every second during the run (checked before the clock starts).",
-        **url(),
+        metavar="URL|none",
+        parse=parse_server_metrics,
+        show="the target's own metrics path, when its engine has one",
+        help=f"Prometheus URL to scrape every second during the run (checked before the clock starts); "
+        f"{SERVER_METRICS_OFF}: no scraping.",
     )
     skip_preflight: bool = option(
         False,

@@ -28,7 +28,7 @@ from llmreplay.run_format import (
     write_run_info,
 )
 from llmreplay.tokenizers import DEFAULT_TOKENIZER
-from replayer.config import ReplayConfig
+from replayer.config import SERVER_METRICS_OFF, ReplayConfig
 from replayer.loop.http_pool import parse_endpoint
 from replayer.loop.process_memory import peak_rss_mb
 from replayer.loop.result_spool import partial_path
@@ -37,14 +37,14 @@ from replayer.loop.worker import WorkerJob
 from replayer.plan.arrays import int64_array
 from replayer.plan.bounds import check_prompt_sizes, check_span, within_duration
 from replayer.plan.prepare import BuildJob, Shard, prepare_bodies
-from replayer.plan.request_builder import ENDPOINT_PATHS, BuildOptions
+from replayer.plan.request_builder import ENDPOINT_PATHS, BuildOptions, sent_model
 from replayer.plan.schedule import Schedule, ScheduleInput, build_schedule, schedule_input
 from replayer.plan.sessions import link_sessions, session_codes, shard_by_session
 from replayer.plan.trace_rows import TraceRows, read_trace_rows
 from replayer.preflight import Preflight, preflight_target
 from replayer.results.merge import WorkerPart, merge_worker_results
 from replayer.results.summary import summarize_file
-from replayer.target import TargetInfo, normalise_base_url, probe_metrics, probe_target
+from replayer.target import TargetInfo, normalise_base_url, probe_target, with_server_metrics
 from replayer.target_tokenizer import AUTO, TokenizerChoice, choose_tokenizer, engine_tokenizer_choice
 from replayer.worker_processes import Execution, run_workers
 
@@ -99,6 +99,8 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
     target = _check_target(config, base_url, planned)
     preflight = preflight_target(config, target, planned.trace.table, planned.plans.record_index, console)
     lengths = _prompt_lengths(config, planned, target, console)
+    if target.metrics_warning and console is not None and not config.quiet:  # once every check has passed
+        console.print(f"warning: {target.metrics_warning}", markup=False, highlight=False, soft_wrap=True)
     ready = _ready(config, planned, target, lengths, _claim(run_dir))
     del planned  # the jobs hold each worker's plans
     execution = _execute(config, ready, console)
@@ -124,6 +126,8 @@ def _check_config(config: ReplayConfig, run_dir: Path) -> str:
         raise BadInput(f"--workers {config.workers}: must be at least 1")
     if config.max_inflight < config.workers:
         raise BadInput(f"--max-inflight {config.max_inflight}: must be at least --workers")
+    if config.model is not None and config.model_map:
+        raise BadInput("--model and --model-map: give one (--model NAME sends every request to NAME)")
     return normalise_base_url(config.target_url)
 
 
@@ -153,9 +157,8 @@ def _plan(config: ReplayConfig) -> Planned:
 def _check_target(config: ReplayConfig, base_url: str, planned: Planned) -> TargetInfo:
     """Probe the target (and the metrics endpoint) and refuse models it does not serve."""
     target = probe_target(base_url, config.engine, config.api_key)
-    if config.server_metrics_url:
-        probe_metrics(config.server_metrics_url, config.api_key)
-    _check_models_served(planned.trace, planned.plans.record_index, target.models, config.model, base_url)
+    target = with_server_metrics(target, config.server_metrics_url, SERVER_METRICS_OFF, config.api_key)
+    _check_models_served(planned.trace, planned.plans.record_index, target.models, config, base_url)
     return target
 
 
@@ -163,7 +166,7 @@ def _prompt_lengths(config: ReplayConfig, planned: Planned, target: TargetInfo, 
     """How prompts will be spelled for the target (replayer.target_tokenizer); None: recorded content only."""
     trace = planned.trace
     synthesis = config.fit_lengths or not trace.has_content[planned.plans.record_index].all()
-    model = config.model or (target.models[0] if target.models else None)
+    model = sent_model(None, config.model, config.model_map, target.models[0] if target.models else None)
     if synthesis:
         choice = choose_tokenizer(config.tokenizer, target.base_url, model, config.api_key)
     else:  # recorded content is only measured, by the target's own tokenizer when it has one
@@ -197,6 +200,7 @@ def _ready(
         default_model=target.models[0] if target.models else None,
         seed=config.schedule.seed,
         fit_lengths=config.fit_lengths,
+        model_map=config.model_map,
     )
     synthesis = config.fit_lengths or not trace.has_content[plans.record_index].all()
     build_job = BuildJob(
@@ -232,7 +236,8 @@ def _ready(
 
 def _execute(config: ReplayConfig, ready: Ready, console) -> Execution:
     """Build the bodies, run the workers to the end; plans dropped past --duration make it 'duration'."""
-    execution = run_workers(config, ready.jobs, functools.partial(prepare_bodies, ready.build_job), console)
+    prepare = functools.partial(prepare_bodies, ready.build_job)
+    execution = run_workers(config, ready.jobs, prepare, console, ready.target)
     if ready.beyond_duration and execution.stop_reason == "completed":
         return dataclasses.replace(execution, stop_reason="duration")
     return execution
@@ -307,23 +312,26 @@ def _outcome(run_dir: Path, info: RunInfo) -> RunOutcome:
 
 
 def _check_models_served(
-    trace: TraceRows, planned: np.ndarray, served: tuple[str, ...], override: str | None, base_url: str
+    trace: TraceRows, planned: np.ndarray, served: tuple[str, ...], config: ReplayConfig, base_url: str
 ) -> None:
-    """Refuse before the clock starts when the target does not serve the trace's models.
-
-    Staging often names the model differently from production; replaying anyway would only
-    measure 404s. `planned`: the trace row of every planned request.
-    """
-    if override is not None or not served:
+    """Refuse before the clock starts when the target does not serve the models the requests go to
+    (the trace's, through --model-map). Staging often names the model differently from production;
+    replaying anyway would only measure 404s. `planned`: the trace row of every planned request."""
+    if config.model is not None or not served:
         return
-    models = trace.table.column("model").take(pa.array(planned))
-    unserved = pc.drop_null(models.filter(pc.invert(pc.is_in(models, pa.array(served)))))
-    asked = pc.value_counts(unserved).to_pylist()
-    if asked:
-        top = max(asked, key=lambda item: item["counts"])
+    unserved: dict[str, int] = {}  # by the name sent; `recorded`: a recorded name sent as it
+    recorded: dict[str, str] = {}
+    for item in pc.value_counts(trace.table.column("model").take(pa.array(planned))).to_pylist():
+        sent = sent_model(item["values"], None, config.model_map, None)
+        if sent is not None and sent not in served:
+            unserved[sent] = unserved.get(sent, 0) + item["counts"]
+            recorded.setdefault(sent, item["values"] or "*")
+    if unserved:
+        name = max(unserved, key=unserved.__getitem__)
         raise BadInput(
-            f"--target {base_url}: does not serve model '{top['values']}' ({top['counts']} requests of the trace "
-            f"ask for it; it serves {', '.join(served)}); pass --model NAME to send every request to one model"
+            f"--target {base_url}: does not serve model '{name}' ({unserved[name]} requests of the trace "
+            f"ask for it; it serves {', '.join(served)}); pass --model-map {recorded[name]}=NAME to send "
+            "them to another model, or --model NAME to send every request to one model"
         )
 
 

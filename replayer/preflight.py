@@ -28,7 +28,7 @@ from llmreplay.openai_wire.error_object import error_text
 from llmreplay.openai_wire.response import ResponseShape, summarize_json, summarize_stream
 from llmreplay.redaction import scrub_secrets, secret_values
 from replayer.config import ReplayConfig
-from replayer.plan.request_builder import length_fields, tool_choice_field
+from replayer.plan.request_builder import length_fields, sent_model, tool_choice_field
 from replayer.target import TargetInfo, lookup
 
 REQUEST_ID_PREFIX = "llmreplay-preflight-"  # X-Request-Id of every preflight request: logs can drop them
@@ -465,8 +465,8 @@ def preflight_target(
     if config.skip_preflight:
         return None
     needs = trace_needs(table, record_index, config.model)
-    if needs.model is None and target.models:
-        needs = dataclasses.replace(needs, model=target.models[0])
+    default = target.models[0] if target.models else None
+    needs = dataclasses.replace(needs, model=sent_model(needs.model, None, config.model_map, default))
     found = run_preflight(config, target, needs)
     stop = found.stop
     if stop is not None:

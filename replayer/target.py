@@ -1,11 +1,12 @@
-"""The target engine, probed before any clock starts: base URL, host name, model list, engine, and
-the --server-metrics endpoint. Any malformed or missing answer is one BadInput line.
+"""The target engine, probed before any clock starts: base URL, host name, model list, engine and the
+metrics endpoint to scrape (--server-metrics, else its own); a bad answer is one BadInput line.
 
 Blocking HTTP is fine here: it runs once, before the run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import socket
@@ -14,7 +15,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
-from llmreplay.engines import DEFAULT, ENGINES, Engine, Lookup, Probe
+from llmreplay.engines import BY_NAME, DEFAULT, ENGINES, Engine, Lookup, Probe
 from llmreplay.errors import BadInput
 from llmreplay.options import http_url
 
@@ -27,6 +28,9 @@ class TargetInfo:
     models: tuple[str, ...]
     engine: str  # a name in llmreplay.engines
     detected_from: str  # "flag" | "owned_by" | "server header" | "GET <path>" | "default"
+    metrics_url: str | None = None  # the Prometheus endpoint scraped during the run (with_server_metrics)
+    metrics_from: str | None = None  # "flag" | "default" (the engine row's metrics path on the target)
+    metrics_warning: str | None = None  # why the default metrics endpoint is not scraped
 
 
 def normalise_base_url(url: str) -> str:
@@ -153,16 +157,37 @@ def _request(url: str, api_key: str | None) -> urllib.request.Request:
     return request
 
 
-def probe_metrics(url: str, api_key: str | None, timeout_s: float = 5.0) -> None:
+def probe_metrics(
+    url: str, api_key: str | None, timeout_s: float = 5.0, flag: str = "--server-metrics"
+) -> None:
     """GET the --server-metrics URL once: it must answer 200 with Prometheus text, before the clock."""
-    check_resolves(url, "--server-metrics")
+    check_resolves(url, flag)
     try:
         _, body = _fetch(_request(url, api_key), timeout_s)
     except ProbeFailed as exc:
-        raise BadInput(f"--server-metrics {url}: {exc}") from None
+        raise BadInput(f"{flag} {url}: {exc}") from None
     from replayer.results.server_metrics import parse_prometheus
 
     if not parse_prometheus(body.decode("utf-8", "replace")):
-        raise BadInput(
-            f"--server-metrics {url}: the answer holds no Prometheus samples (is it the /metrics path?)"
-        )
+        raise BadInput(f"{flag} {url}: the answer holds no Prometheus samples (is it the /metrics path?)")
+
+
+def with_server_metrics(target: TargetInfo, given: str | None, off: str, api_key: str | None) -> TargetInfo:
+    """The target with the metrics URL to scrape: `given` (--server-metrics) is checked, a dead or
+    malformed one is BadInput; by default the engine row's metrics path on the target, which when it
+    does not answer is a warning and no scraping, never a failed run. `off`: scrape nothing."""
+    if given == off:
+        return target
+    if given is not None:
+        probe_metrics(given, api_key)
+        return dataclasses.replace(target, metrics_url=given, metrics_from="flag")
+    path = BY_NAME[target.engine].metrics_path
+    if path is None:
+        return target
+    url = target.base_url + path
+    try:
+        probe_metrics(url, api_key, PROBE_TIMEOUT_S, flag="server metrics")
+    except BadInput as exc:
+        warning = f"{exc}; not scraped (--server-metrics URL names another, {off} silences this)"
+        return dataclasses.replace(target, metrics_warning=warning)
+    return dataclasses.replace(target, metrics_url=url, metrics_from="default")

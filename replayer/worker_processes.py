@@ -19,6 +19,7 @@ from replayer.plan.prepare import Prepared
 
 if TYPE_CHECKING:
     from replayer.results.server_metrics import MetricsScraper
+    from replayer.target import TargetInfo
 
 EXIT_GRACE_S = 10.0  # beyond the configured grace, before a stuck worker is killed
 
@@ -91,14 +92,16 @@ class _Workers:
             end.close()
 
 
-def run_workers(config: ReplayConfig, jobs: list[WorkerJob], prepare, console) -> Execution:
+def run_workers(
+    config: ReplayConfig, jobs: list[WorkerJob], prepare, console, target: TargetInfo
+) -> Execution:
     """Start the workers (their imports overlap with `prepare`, which writes their bodies), then
-    load, start together, watch, collect."""
+    load, start together, watch, collect; `target.metrics_url` is scraped meanwhile."""
     started_unix_ns = time.time_ns()
     workers = _Workers(jobs)
     previous = {sig: signal.signal(sig, workers.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _drive(config, jobs, workers, prepare, console, started_unix_ns)
+        return _drive(config, jobs, workers, prepare, console, started_unix_ns, target)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -106,7 +109,7 @@ def run_workers(config: ReplayConfig, jobs: list[WorkerJob], prepare, console) -
 
 
 def _drive(
-    config: ReplayConfig, jobs, workers: _Workers, prepare, console, started_unix_ns: int
+    config: ReplayConfig, jobs, workers: _Workers, prepare, console, started_unix_ns: int, target: TargetInfo
 ) -> Execution:
     try:
         prepared = prepare()
@@ -122,20 +125,23 @@ def _drive(
         return _finish(workers, None, prepared, (started_unix_ns, None, None), "interrupted", config)
     start_ns = time.perf_counter_ns() + config.start_delay_ns
     start_unix_ns = time.time_ns() + config.start_delay_ns
-    scraper = _start_scraper(config, start_ns)
+    scraper = _start_scraper(config, target, start_ns)
     for pipe in workers.pipes:
         pipe.send(("start", start_ns))
     _watch(workers, jobs, config, console, start_ns)
     return _finish(workers, scraper, prepared, (started_unix_ns, start_unix_ns, start_ns), None, config)
 
 
-def _start_scraper(config: ReplayConfig, start_ns: int) -> MetricsScraper | None:
-    if not config.server_metrics_url:
+def _start_scraper(config: ReplayConfig, target: TargetInfo, start_ns: int) -> MetricsScraper | None:
+    if not target.metrics_url:
         return None
+    from llmreplay.engines import BY_NAME
     from replayer.results.server_metrics import MetricsScraper
 
+    names = BY_NAME[target.engine].metrics
+    interval_ns = config.server_metrics_interval_ns
     scraper = MetricsScraper(
-        config.server_metrics_url, config.server_metrics_interval_ns, start_ns, config.api_key
+        target.metrics_url, interval_ns, start_ns, config.api_key, names, target.metrics_from
     )
     scraper.start()
     return scraper
@@ -209,12 +215,7 @@ def _finish(workers: _Workers, scraper, prepared: Prepared, start, stop_reason, 
     scraper_info = None
     if scraper is not None:
         scraper.stop()
-        scraper_info = {
-            "url": config.server_metrics_url,
-            "scrapes": scraper.scrapes,
-            "failures": scraper.failures,
-            "last_error": scraper.last_error,
-        }
+        scraper_info = scraper.info()
     return Execution(
         started_unix_ns=start[0],
         ended_unix_ns=time.time_ns(),

@@ -103,14 +103,21 @@ def build_requests(side: Side) -> Requests:
         recorded_completion_tokens=recorded_completion,
         stream=_bools(table, "stream"),
         tools=_floats(table.column("tools_count")) > 0,
-        model=np.array(
-            [m if m is not None else "(none)" for m in table.column("model").to_pylist()], dtype=object
-        ),
+        model=_recorded_models(table),
         scheduled_offset_ns=_floats(table.column("scheduled_offset_ns")) if is_run else nan,
         dispatch_lag_ns=_floats(table.column("dispatch_lag_ns")) if is_run else nan,
         session_wait_ns=_floats(table.column("session_wait_ns")) if is_run else nan,
         **_itl_by_row(table, ok),
     )
+
+
+def _recorded_models(table: pa.Table) -> np.ndarray:
+    """The model each row was recorded with, for the per-model breakdown: a run's `recorded_model`
+    (its `model` is the name sent, which --model-map or --model changed), else `model`."""
+    names = table.column("model")
+    if "recorded_model" in table.column_names:
+        names = pc.coalesce(table.column("recorded_model"), names)
+    return np.array([m if m is not None else "(none)" for m in names.to_pylist()], dtype=object)
 
 
 def _itl_by_row(table: pa.Table, ok: np.ndarray) -> dict[str, np.ndarray]:

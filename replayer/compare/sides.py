@@ -34,6 +34,7 @@ from replayer.compare.requests import (
     side_load,
     time_scale,
 )
+from replayer.compare.server_metrics import run_server_metrics
 from replayer.compare.verdict import verdict
 
 CDF_POINTS = 201
@@ -99,6 +100,7 @@ def compare_sides(baseline: Side, candidate: Side, config: CompareConfig) -> dic
         ),
         "paired": _paired_section(b_req, c_req, common_b, common_c, config),
         "load": _load_section(sides),
+        "server_metrics": _server_metrics(sides),
         "cdf": {baseline.label: _cdf_points(b_all), candidate.label: _cdf_points(c_all)},
         "metric_definitions": METRIC_DEFINITIONS,
     }
@@ -145,6 +147,7 @@ def summarize_side(side: Side, config: CompareConfig) -> dict:
         "buckets": buckets_section(None, None, req, clusters, len(req), config.cells(), rng, side.label),
         "paired": None,
         "load": _load_section([(side, req, scale)]),
+        "server_metrics": _server_metrics([(side, req, scale)]),
         "cdf": {side.label: _cdf_points(everything)},
         "metric_definitions": METRIC_DEFINITIONS,
     }
@@ -307,6 +310,11 @@ def _load_section(sides: list[tuple[Side, Requests, float]]) -> dict:
         "windows": count,
         "series": {s.label: compare_load.load_windows(req, scale, width, count) for s, req, scale in sides},
     }
+
+
+def _server_metrics(sides: list[tuple[Side, Requests, float]]) -> dict:
+    """Each run's server metrics over time, on the trace's clock like the load section; None: none stored."""
+    return {s.label: run_server_metrics(s.path, s.config, scale) for s, _, scale in sides if s.kind == RUN}
 
 
 def _side_summary(side: Side, req: Requests, scale: float) -> dict:

@@ -96,7 +96,7 @@ def write_requests(job: BuildJob) -> Prepared:
                 headers = [("X-Request-Id", copy_name(record.request_id, plan.copy_index))]
                 if session_header and record.session_id is not None:
                     headers.append((session_header, copy_name(record.session_id, plan.copy_index)))
-                model = build.model or record.model or build.default_model
+                model = build.model_for(record.model)
                 pending[s][index] = (
                     built.path, headers, built.body, built.stream, built.requested_completion_tokens, model
                 )  # fmt: skip

@@ -41,6 +41,19 @@ class BuildOptions:
     default_model: str | None  # the target's first model, for rows without one
     seed: int = 0
     fit_lengths: bool = False  # recorded content is respelled from its shape to the target's counts
+    model_map: tuple[tuple[str, str], ...] = ()  # --model-map (recorded, sent); "*": every row
+
+    def model_for(self, recorded: str | None) -> str | None:
+        return sent_model(recorded, self.model, self.model_map, self.default_model)
+
+
+def sent_model(
+    recorded: str | None, model: str | None, model_map: tuple[tuple[str, str], ...], default: str | None
+) -> str | None:
+    """The model a row recorded with `recorded` is sent to: --model, else its --model-map name (or the
+    `*` one), else the recorded name, else the target's first model (`default`)."""
+    mapped = dict(model_map)
+    return model or mapped.get(recorded or "") or mapped.get("*") or recorded or default
 
 
 def requested_tokens(record: TraceRecord, plan: PlannedRequest) -> int | None:
@@ -65,7 +78,7 @@ def build_request(
     path = ENDPOINT_PATHS.get(record.endpoint)
     if path is None:
         raise BadInput(f"request {record.request_id}: endpoint {record.endpoint!r} cannot be replayed")
-    model = options.model or record.model or options.default_model
+    model = options.model_for(record.model)
     if not model:
         raise BadInput(f"request {record.request_id}: no model in the trace; pass --model")
     nonce = copy_nonce(plan.copy_index, options.seed)

@@ -69,6 +69,7 @@ def render_html(result: dict) -> str:
         _cdf_section(result, labels),
         _paired_section(result),
         _load_section(result, labels),
+        _server_metrics_section(result, labels),
         _bucket_section(result),
         _errors_section(result, labels),
         _slo_section(result),
@@ -364,7 +365,6 @@ def _paired_section(result: dict) -> str:
 def _load_section(result: dict, labels: list[str]) -> str:
     load = result["load"]
     width = load["window_trace_s"]
-    xs = tuple((i + 0.5) * width for i in range(load["windows"]))
     specs = (
         ("TTFT over time (p50 solid, p99 dashed)", "ms", ("ttft_p50_ms", "ttft_p99_ms")),
         ("Requests per second (own clock)", "req/s", ("requests_per_s",)),
@@ -372,20 +372,65 @@ def _load_section(result: dict, labels: list[str]) -> str:
         ("In-flight requests (window mean)", "requests", ("inflight_mean",)),
         ("Error rate", "share of requests", ("error_rate",)),
     )
-    charts = []
-    for title, unit, keys in specs:
-        series = []
-        for label in labels:
-            data = load["series"][label]
-            for i, key in enumerate(keys):
-                name = label if len(keys) == 1 else f"{label} {key.split('_')[1]}"
-                series.append(Series(name, COLORS.get(label, "#555"), xs, tuple(data[key]), dashed=i > 0))
-        charts.append(render_chart(Chart(title, "trace time (s)", unit, tuple(series))))
+    charts = [_load_chart(load, labels, title, unit, keys) for title, unit, keys in specs]
     intro = (
         f"<p class='muted'>Windows of {width:g} s of trace time; both sides aligned on the trace's clock (a side's own "
         "time multiplied by its replay speed). Rates are per second of the side's own clock.</p>"
     )
     return "<h2>Load and latency over time</h2>" + intro + "<div class='charts'>" + "".join(charts) + "</div>"
+
+
+def _load_chart(load: dict, labels: list[str], title: str, unit: str, keys: tuple[str, ...]) -> str:
+    """One load-over-time chart: a line per side and key (the second key dashed), on the trace's clock."""
+    xs = tuple((i + 0.5) * load["window_trace_s"] for i in range(load["windows"]))
+    series = []
+    for label in labels:
+        data = load["series"][label]
+        for i, key in enumerate(keys):
+            name = label if len(keys) == 1 else f"{label} {key.split('_')[1]}"
+            series.append(Series(name, COLORS.get(label, "#555"), xs, tuple(data[key]), dashed=i > 0))
+    return render_chart(Chart(title, "trace time (s)", unit, tuple(series)))
+
+
+def _server_metrics_section(result: dict, labels: list[str]) -> str:
+    """The engine's own view over time (queue, batch, KV cache, prefix cache, preemptions) beside the
+    client's TTFT, on the same trace clock: where the queue formed."""
+    runs = {label: view for label, view in (result.get("server_metrics") or {}).items() if view}
+    if not runs:
+        return ""
+    roles = list(dict.fromkeys(role for view in runs.values() for role in view["series"]))
+    ttft = _load_chart(result["load"], labels, "Client TTFT over time (p50 solid, p99 dashed)", "ms",
+                       ("ttft_p50_ms", "ttft_p99_ms"))  # fmt: skip
+    charts, rows = [ttft], []
+    for role in roles:
+        shown = {label: view["series"][role] for label, view in runs.items() if role in view["series"]}
+        first = next(iter(shown.values()))
+        series = tuple(
+            Series(label, COLORS.get(label, "#555"), *map(tuple, zip(*s["points"], strict=True)))
+            for label, s in shown.items()
+        )
+        charts.append(render_chart(Chart(first["title"], "trace time (s)", first["unit"], series)))
+        for label, s in shown.items():
+            peak, mean = _metric_value(s["peak"], s["share"]), _metric_value(s["mean"], s["share"])
+            rows.append([escape(first["title"]), escape(label), peak, f"{s['peak_at_s']:,.1f}", mean])
+    engines = ", ".join(f"{escape(label)}: {escape(view['engine'])}" for label, view in runs.items())
+    intro = (
+        f"<p class='muted'>Scraped from the engine's Prometheus endpoint once a second during the run, read "
+        f"through the engine table's names ({engines}); times on the trace's clock like the charts above.</p>"
+    )
+    table = _table(["quantity", "side", "peak", "peak at trace s", "mean"], rows, left_columns=2)
+    return (
+        "<h2>Server metrics over time</h2>"
+        + intro
+        + table
+        + "<div class='charts'>"
+        + "".join(charts)
+        + "</div>"
+    )
+
+
+def _metric_value(value: float, share: bool) -> str:
+    return f"{value:.1%}" if share else f"{value:,.4g}"
 
 
 def _bucket_section(result: dict) -> str:

@@ -32,6 +32,7 @@ def render_terminal(result: dict, console: Console) -> None:
         _latency_comparison(result, console)
     else:
         _latency_single(result, console)
+    _server_metrics(result, console)
     _slos_and_goodput(result, console)
     _errors(result, console)
     _fidelity(result, console)
@@ -112,6 +113,26 @@ def _latency_single(result: dict, console: Console) -> None:
         row = result["latency"][metric][label]
         table.add_row(metric, f"{row['count']:,}", *(_ms(row.get(f"p{q}_ms")) for q in PERCENTILES))
     console.print(table)
+
+
+def _server_metrics(result: dict, console: Console) -> None:
+    """One line per run and quantity the engine exposed: its peak (when, in trace seconds) and mean."""
+    for label, view in (result.get("server_metrics") or {}).items():
+        if not view:
+            continue
+        console.print(f"[bold]Server metrics[/] of {escape(label)} ({escape(view['engine'])}'s /metrics):")
+        for shown in view["series"].values():
+            peak, mean = _metric(shown["peak"], shown["share"]), _metric(shown["mean"], shown["share"])
+            when = (
+                f"peak {peak} at {shown['peak_at_s']:,.1f} s, mean {mean}"
+                if shown["peak"]
+                else "0 throughout"
+            )
+            console.print(f"  {escape(shown['title'])}: {when}", soft_wrap=True)
+
+
+def _metric(value: float, share: bool) -> str:
+    return f"{value:.1%}" if share else f"{value:,.4g}"
 
 
 def _slos_and_goodput(result: dict, console: Console) -> None:

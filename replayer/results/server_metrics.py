@@ -1,6 +1,6 @@
 """Scrape the target's Prometheus endpoint once a second during a run (a thread of the coordinator,
-never a worker's event loop) and store the samples as server_metrics.parquet; the engine table's
-names (llmreplay.engines) say which samples are the queue, the running batch, the KV cache and preemptions.
+never a worker's event loop) into server_metrics.parquet; the engine table's names read the samples
+for run.json's summary (replayer.compare.server_metrics, which also reads them for the reports).
 """
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict
 from pathlib import Path
 
 import pyarrow as pa
 
 from llmreplay.engines import PrometheusNames
 from llmreplay.trace_arrow import TIMESTAMP_TYPE
+from replayer.compare.server_metrics import engine_series, series_summary
 from replayer.results.merge import write_parquet_atomic
 
 SERVER_METRICS_SCHEMA = pa.schema(
@@ -55,48 +55,22 @@ def parse_prometheus(text: str) -> list[tuple[str, str, float]]:
     return samples
 
 
-def engine_series(rows, names: PrometheusNames) -> dict[str, list[tuple[int, float]]]:
-    """(offset_ns, value) per scrape of each quantity the engine row names, summed over label sets
-    (one series per model or GPU): `rows` are the scraper's (offset_ns, time, metric, labels, value)."""
-    wanted = {metric: role for role, metric in asdict(names).items() if metric}
-    totals: dict[tuple[str, int], float] = {}
-    for offset_ns, _, metric, _, value in rows:
-        role = wanted.get(metric)
-        if role is not None:
-            totals[role, offset_ns] = totals.get((role, offset_ns), 0.0) + value
-    series: dict[str, list[tuple[int, float]]] = {}
-    for (role, offset_ns), value in sorted(totals.items(), key=lambda item: item[0][1]):
-        series.setdefault(role, []).append((offset_ns, value))
-    return series
-
-
-def series_summary(series: dict[str, list[tuple[int, float]]]) -> dict[str, float | None]:
-    """Where the queue formed, in a few numbers: peaks of the gauges, growth of the counters."""
-
-    def peak(role):
-        return max((v for _, v in series.get(role, ())), default=None)
-
-    def growth(role):
-        points = series.get(role)
-        return points[-1][1] - points[0][1] if points else None
-
-    queries, hits = growth("prefix_cache_queries"), growth("prefix_cache_hits")
-    return {
-        "peak_running": peak("running"),
-        "peak_waiting": peak("waiting"),
-        "peak_kv_cache_usage": peak("kv_cache_usage"),
-        "prefix_cache_hit_share": hits / queries
-        if queries and hits is not None
-        else peak("prefix_cache_hit_rate"),
-        "preemptions": growth("preemptions"),
-    }
-
-
 class MetricsScraper:
-    """Scrapes `url` every `interval_ns` on its own thread; failures are counted, not fatal."""
+    """Scrapes `url` every `interval_ns` on its own thread; failures are counted, not fatal. `names`:
+    the engine row's, which read the samples for run.json; `source`: "flag" or "default" (the target's own)."""
 
-    def __init__(self, url: str, interval_ns: int, start_ns: int, api_key: str | None = None):
+    def __init__(
+        self,
+        url: str,
+        interval_ns: int,
+        start_ns: int,
+        api_key: str | None = None,
+        names: PrometheusNames | None = None,
+        source: str = "flag",
+    ):
         self.url = url
+        self.names = names or PrometheusNames()
+        self.source = source
         self.interval_ns = interval_ns
         self.start_ns = start_ns
         self._api_key = api_key
@@ -144,6 +118,17 @@ class MetricsScraper:
     def summary(self, names: PrometheusNames) -> dict[str, float | None]:
         """series_summary of what was scraped, read through an engine row's names."""
         return series_summary(engine_series(self.rows, names))
+
+    def info(self) -> dict:
+        """run.json's `server_metrics`: where, how it went, and the summary through the row's names."""
+        return {
+            "url": self.url,
+            "from": self.source,
+            "scrapes": self.scrapes,
+            "failures": self.failures,
+            "last_error": self.last_error,
+            "summary": self.summary(self.names),
+        }
 
     def write(self, path: Path) -> None:
         columns = list(zip(*self.rows, strict=True)) if self.rows else [[], [], [], [], []]

@@ -183,7 +183,7 @@ def test_models_and_metrics(sim, client):
     values = {
         line.split()[0]: float(line.split()[1]) for line in text.splitlines() if not line.startswith("#")
     }
-    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:gpu_cache_usage_perc"):
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
         assert f'{name}{{model_name="sim-model"}}' in values
     assert values['vllm:generation_tokens_total{model_name="sim-model"}'] > 0
     assert values['vllm:prefix_cache_hits_total{model_name="sim-model"}'] > 0

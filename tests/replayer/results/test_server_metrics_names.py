@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from llmreplay.engines import BY_NAME
-from replayer.results.server_metrics import engine_series, parse_prometheus, series_summary
+from replayer.compare.server_metrics import engine_series, series_summary
+from replayer.results.server_metrics import parse_prometheus
 
 
 def scrape(offset_ns: int, text: str) -> list[tuple]:
