@@ -43,7 +43,7 @@ _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"
 
 
 @dataclass(slots=True)
-class Exchange:
+class ServedRequest:
     """What the ground-truth log learns about one request while it is served (mutable)."""
 
     request_id: str
@@ -183,7 +183,7 @@ class SimServer:
 
     async def _exchange(self, request: web.Request, endpoint: str) -> web.StreamResponse:
         arrival_mono_ns = request[ARRIVAL_KEY]
-        exchange = Exchange(
+        exchange = ServedRequest(
             request.headers.get("X-Request-Id") or f"sim-{next(self._ids)}",
             time.time_ns() - (time.perf_counter_ns() - arrival_mono_ns),
             arrival_mono_ns,
@@ -203,7 +203,7 @@ class SimServer:
         finally:
             self._log(exchange)
 
-    async def _serve(self, request: web.Request, exchange: Exchange) -> web.StreamResponse:
+    async def _serve(self, request: web.Request, exchange: ServedRequest) -> web.StreamResponse:
         body = await request.read()
         drop_body_stamps(request)
         parsed = parse_body(body, exchange.endpoint)
@@ -254,7 +254,7 @@ class SimServer:
             return await self._end_stream(response, sink, exchange)
         return await self._body_answer(request, encoder, seq, finish_reason, exchange)
 
-    def _check_model(self, parsed: CompletionRequest, exchange: Exchange) -> str:
+    def _check_model(self, parsed: CompletionRequest, exchange: ServedRequest) -> str:
         model = parsed.model or self.config.models[0]  # like vLLM, a missing model means the served one
         exchange.model, exchange.stream = model, parsed.stream
         if model not in self._models:
@@ -285,7 +285,7 @@ class SimServer:
         return response
 
     async def _run(
-        self, seq: Sequence, delay_ms: float, stream: bool, finish_reason: str, exchange: Exchange
+        self, seq: Sequence, delay_ms: float, stream: bool, finish_reason: str, exchange: ServedRequest
     ) -> None:
         """Hand the sequence to the engine and wait until it leaves; sets the exchange's outcome
         (and its finish reason when the answer is complete)."""
@@ -323,7 +323,7 @@ class SimServer:
             )  # fmt: skip
         return CompletionEncoder(f"cmpl-{suffix}", int(time.time()), model)
 
-    async def _immediate_fault(self, fault: Fault, exchange: Exchange) -> web.StreamResponse | None:
+    async def _immediate_fault(self, fault: Fault, exchange: ServedRequest) -> web.StreamResponse | None:
         """Faults answered at once, without the engine; None when the request should run."""
         error = immediate_error(fault)
         if error is not None:
@@ -341,7 +341,7 @@ class SimServer:
         return None
 
     async def _end_stream(
-        self, response: web.StreamResponse, sink: StreamSink, exchange: Exchange
+        self, response: web.StreamResponse, sink: StreamSink, exchange: ServedRequest
     ) -> web.StreamResponse:
         """End the chunked body. The client may be gone by now although it has every event: the
         sink wrote the final frame (with [DONE]) in the engine's step, and this handler runs one or
@@ -356,7 +356,7 @@ class SimServer:
         return response
 
     async def _body_answer(
-        self, request: web.Request, encoder, seq: Sequence, finish_reason: str, exchange: Exchange
+        self, request: web.Request, encoder, seq: Sequence, finish_reason: str, exchange: ServedRequest
     ) -> web.StreamResponse:
         body = orjson.dumps(
             encoder.body(
@@ -393,7 +393,7 @@ class SimServer:
             return _error_response(InvalidRequest("the sim is shutting down", 503, "shutdown"), 0)
         return web.Response(status=499)  # cancelled: nobody is listening
 
-    def _log(self, exchange: Exchange) -> None:
+    def _log(self, exchange: ServedRequest) -> None:
         self.outcomes[exchange.outcome] += 1
         if self.request_log is None:
             return

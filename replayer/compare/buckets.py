@@ -9,14 +9,14 @@ from __future__ import annotations
 import numpy as np
 
 from replayer.compare.latency import CellSettings, latency_rows, samples
-from replayer.compare.requests import Requests
+from replayer.compare.requests import RequestColumns
 
 INPUT_TOKEN_EDGES = (512, 2048, 8192)
 INPUT_TOKEN_LABELS = ("<512", "512-2k", "2k-8k", ">8k")
 MAX_MODEL_BUCKETS = 8
 
 
-def bucket_labels(req: Requests) -> dict[str, np.ndarray]:
+def bucket_labels(req: RequestColumns) -> dict[str, np.ndarray]:
     tokens = req.shape_prompt_tokens
     index = np.searchsorted(np.array(INPUT_TOKEN_EDGES), np.nan_to_num(tokens, nan=-1), side="right")
     input_labels = np.array(INPUT_TOKEN_LABELS, dtype=object)[index]
@@ -43,9 +43,9 @@ def bucket_order(dimension: str, labels: list[np.ndarray]) -> list[str]:
 
 
 def buckets_section(
-    b_req: Requests | None,
+    b_req: RequestColumns | None,
     b_clusters: np.ndarray | None,
-    c_req: Requests,
+    c_req: RequestColumns,
     c_clusters: np.ndarray,
     clusters: int,
     settings: CellSettings,

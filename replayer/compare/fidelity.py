@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from replayer.compare.gate_limits import FidelityLimits
-from replayer.compare.requests import Requests
+from replayer.compare.requests import RequestColumns
 from replayer.compare.run_fidelity import FAIL, INFO, OK, WARN, check_row
 
 LOAD_CHECK = "same load (speed, scale)"
@@ -48,8 +48,8 @@ def load_check(b_load: dict, c_load: dict, same: bool, allowed: bool) -> dict:
 
 
 def cross_checks(
-    baseline: Requests,
-    candidate: Requests,
+    baseline: RequestColumns,
+    candidate: RequestColumns,
     common_b: np.ndarray,
     common_c: np.ndarray,
     candidate_scale: float,
@@ -91,7 +91,9 @@ def cross_checks(
     return [c for c in checks if c is not None]
 
 
-def _cached_share_check(baseline: Requests, candidate: Requests, limits: FidelityLimits) -> dict | None:
+def _cached_share_check(
+    baseline: RequestColumns, candidate: RequestColumns, limits: FidelityLimits
+) -> dict | None:
     shares = []
     for side in (baseline, candidate):
         mask = side.success & np.isfinite(side.cached_tokens) & np.isfinite(side.prompt_tokens)
@@ -114,8 +116,8 @@ def _shares(shares: list) -> str:
 
 
 def _arrival_check(
-    baseline: Requests,
-    candidate: Requests,
+    baseline: RequestColumns,
+    candidate: RequestColumns,
     common_b: np.ndarray,
     common_c: np.ndarray,
     scale: float,

@@ -16,7 +16,7 @@ import numpy as np
 import replayer.compare.paired as compare_paired
 import replayer.compare.stats as compare_stats
 from llmreplay.metrics import GATING, METRICS, PERCENTILES, LatencyMetric
-from replayer.compare.requests import Requests
+from replayer.compare.requests import RequestColumns
 
 MIN_TAIL_SAMPLES = 10  # values above a percentile it needs: p99 wants 1,000, p50 20
 
@@ -39,7 +39,7 @@ class CellSettings:
     refused: bool = False  # the sides ran at different load: numbers shown, no verdict
 
 
-def samples(req: Requests, cluster_of_row: np.ndarray, mask: np.ndarray | None = None) -> Samples:
+def samples(req: RequestColumns, cluster_of_row: np.ndarray, mask: np.ndarray | None = None) -> Samples:
     """The values of the rows in `mask`; `cluster_of_row`: each row's request number."""
     mask = np.ones(len(req), dtype=bool) if mask is None else mask
     values, cluster = {}, {}

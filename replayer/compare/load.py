@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from replayer.compare.requests import Requests
+from replayer.compare.requests import RequestColumns
 
 NICE_WINDOWS_S = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400)
 TARGET_WINDOWS = 60
@@ -23,13 +23,13 @@ def window_width_s(span_trace_s: float) -> float:
     return float(np.ceil(span_trace_s / TARGET_WINDOWS / 3600) * 3600)
 
 
-def trace_span_s(requests: Requests, scale: float) -> float:
+def trace_span_s(requests: RequestColumns, scale: float) -> float:
     if not requests.sent.any():
         return 0.0
     return float(np.nanmax(requests.end_ns[requests.sent]) * scale / 1e9)
 
 
-def load_windows(requests: Requests, scale: float, width_trace_s: float, count: int) -> dict:
+def load_windows(requests: RequestColumns, scale: float, width_trace_s: float, count: int) -> dict:
     """Per-window series for one side, as lists (JSON-ready); index i covers [i*w, (i+1)*w) trace seconds."""
     width_own_ns = width_trace_s / scale * 1e9
     sent = requests.sent

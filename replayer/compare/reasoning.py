@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from replayer.compare.requests import Requests
+from replayer.compare.requests import RequestColumns
 
 SHARE_MOVED = 0.05  # of the output tokens: a smaller change is not reported
 
 
-def reasoning_share(requests: Requests) -> float | None:
+def reasoning_share(requests: RequestColumns) -> float | None:
     """Reasoning tokens / output tokens over the successful requests that know both; None: none do."""
     known = (
         requests.success & np.isfinite(requests.reasoning_tokens) & np.isfinite(requests.completion_tokens)

@@ -21,7 +21,7 @@ LOAD_MATCH_TOLERANCE = 0.01  # relative difference of speed or scale still calle
 
 
 @dataclass(frozen=True, slots=True)
-class Requests:
+class RequestColumns:
     """Column arrays, one entry per row of the side (NaN where a value is unknown)."""
 
     key: np.ndarray  # join key: trace request id (replay copies share it)
@@ -55,7 +55,7 @@ class Requests:
         return self.key.size
 
 
-def build_requests(side: Side) -> Requests:
+def build_requests(side: Side) -> RequestColumns:
     table = side.table
     is_run = side.kind == RUN
     ok = success_mask(table)
@@ -78,7 +78,7 @@ def build_requests(side: Side) -> Requests:
     recorded_prompt = _floats(table.column("recorded_prompt_tokens")) if is_run else prompt
     recorded_completion = _floats(table.column("recorded_completion_tokens")) if is_run else completion
     nan = np.full(table.num_rows, np.nan)
-    return Requests(
+    return RequestColumns(
         key=_objects(table, side.join_key),
         original=(_floats(table.column("copy_index")) == 0)
         if is_run
@@ -148,7 +148,7 @@ def _streamed_only(latency_ns: dict[str, np.ndarray], stream: np.ndarray) -> dic
     }
 
 
-def time_scale(side: Side, requests: Requests) -> float:
+def time_scale(side: Side, requests: RequestColumns) -> float:
     """Trace seconds per second of this side's own clock: the replay speed (1 for a trace).
 
     Taken from run.json when it states a speed, else estimated from the schedule's span.
@@ -165,7 +165,7 @@ def time_scale(side: Side, requests: Requests) -> float:
     return float(trace_span / schedule_span) if schedule_span > 0 and trace_span > 0 else 1.0
 
 
-def side_load(side: Side, requests: Requests) -> dict:
+def side_load(side: Side, requests: RequestColumns) -> dict:
     """The load a side ran at: replay speed and scale (a trace ran at 1 and 1), and whether run.json said so."""
     if side.kind != RUN:
         return {"speed": 1.0, "scale": 1.0, "stated": True}
@@ -185,7 +185,7 @@ def same_load(a: dict, b: dict) -> bool:
     )
 
 
-def own_duration_s(requests: Requests) -> float:
+def own_duration_s(requests: RequestColumns) -> float:
     """First start to last end on the side's own clock."""
     if not requests.sent.any():
         return 0.0

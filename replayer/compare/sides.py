@@ -27,7 +27,7 @@ from replayer.compare.inputs import RUN, TRACE, Side, shift_latencies
 from replayer.compare.latency import Samples, latency_rows, sample_warnings, samples
 from replayer.compare.reasoning import reasoning_share
 from replayer.compare.requests import (
-    Requests,
+    RequestColumns,
     build_requests,
     own_duration_s,
     same_load,
@@ -201,7 +201,7 @@ def _filter(side: Side, mask) -> Side:
     return Side(side.label, side.path, side.kind, side.table.filter(mask), side.config, side.clock_domain)
 
 
-def _paired_indices(b: Requests, c: Requests) -> tuple[np.ndarray, np.ndarray]:
+def _paired_indices(b: RequestColumns, c: RequestColumns) -> tuple[np.ndarray, np.ndarray]:
     """Row indices of the originals present on both sides, matched by key."""
     b_pos = {key: i for i, key in enumerate(b.key) if b.original[i]}
     pairs = [(b_pos[key], j) for j, key in enumerate(c.key) if c.original[j] and key in b_pos]
@@ -236,7 +236,7 @@ def _shared_resamples(clusters: int, config: CompareConfig, rng) -> np.ndarray |
 
 
 def _errors_section(
-    b_req: Requests | None, c_req: Requests, config: CompareConfig, rng, c_label: str = "candidate"
+    b_req: RequestColumns | None, c_req: RequestColumns, config: CompareConfig, rng, c_label: str = "candidate"
 ) -> dict:
     """Counts by kind and the commonest messages of each side; the candidate's error rate against
     --max-error-rate, and its change from the baseline's (significant and over the tolerance fails)."""
@@ -257,7 +257,7 @@ def _errors_section(
     return out
 
 
-def _error_side(req: Requests) -> dict:
+def _error_side(req: RequestColumns) -> dict:
     counts = error_counts(req.error_kind, req.sent, req.success)
     failed = engine_error_mask(req.error_kind, req.sent, req.success)
     counts["top_messages"] = commonest_messages(req.error_kind, req.http_status, req.error_detail, failed)
@@ -267,7 +267,7 @@ def _error_side(req: Requests) -> dict:
 # --- paired view, goodput, SLOs, load, sides -----------------------------------------------------
 
 
-def _paired_section(b: Requests, c: Requests, common_b, common_c, config: CompareConfig) -> dict:
+def _paired_section(b: RequestColumns, c: RequestColumns, common_b, common_c, config: CompareConfig) -> dict:
     """Per-request candidate/baseline ratios: does every request slow down, or only the tail?"""
     out = {"pairs": int(common_b.size), "metrics": {}}
     for name in b.latency_ns:  # the per-request metrics: a gap (ITL) has no pair
@@ -287,7 +287,7 @@ def _paired_section(b: Requests, c: Requests, common_b, common_c, config: Compar
     return out
 
 
-def _goodput(req: Requests, config: CompareConfig) -> dict | None:
+def _goodput(req: RequestColumns, config: CompareConfig) -> dict | None:
     if not config.slos:
         return None
     meets = compare_slo.meets_slos(req.success, req.latency_ns, list(config.slos))
@@ -301,7 +301,7 @@ def _slo_section(b: Samples | None, c: Samples, config: CompareConfig) -> list[d
     ]
 
 
-def _load_section(sides: list[tuple[Side, Requests, float]]) -> dict:
+def _load_section(sides: list[tuple[Side, RequestColumns, float]]) -> dict:
     span = max(compare_load.trace_span_s(req, scale) for _, req, scale in sides)
     width = compare_load.window_width_s(max(span, 1e-3))
     count = max(1, int(np.ceil(span / width)))
@@ -312,12 +312,12 @@ def _load_section(sides: list[tuple[Side, Requests, float]]) -> dict:
     }
 
 
-def _server_metrics(sides: list[tuple[Side, Requests, float]]) -> dict:
+def _server_metrics(sides: list[tuple[Side, RequestColumns, float]]) -> dict:
     """Each run's server metrics over time, on the trace's clock like the load section; None: none stored."""
     return {s.label: run_server_metrics(s.path, s.config, scale) for s, _, scale in sides if s.kind == RUN}
 
 
-def _side_summary(side: Side, req: Requests, scale: float) -> dict:
+def _side_summary(side: Side, req: RequestColumns, scale: float) -> dict:
     never_attempted = run_fidelity.completeness(side.config)[0] if side.kind == RUN else 0
     duration_s = own_duration_s(req)
     done = req.success

@@ -1,6 +1,6 @@
 """One HTTP request, timed on the monotonic clock, classified into the trace's error taxonomy.
 
-An Exchange writes a pre-encoded request on a pooled connection and parses the answer with
+An ClientExchange writes a pre-encoded request on a pooled connection and parses the answer with
 httptools' callbacks. A network read is only timestamped and stashed; the parsing (HTTP framing,
 SSE events) runs right after the loop's pass over ready sockets, in slices, each read with its own
 timestamp. So a burst of reads is stamped at the cost of the reads alone: with parsing inline, the
@@ -43,7 +43,7 @@ class ReadClock:
     PARSE_SLICE_NS, so the loop polls again soon and the next reads are stamped fresh. And when a
     burst holds the loop past a request's due time, the read that notices calls `on_due`, so
     dispatch is late by one read's work, not by the whole burst. The per-read half of this lives
-    in `Exchange.data_received`, inline: a call per read costs.
+    in `ClientExchange.data_received`, inline: a call per read costs.
     """
 
     __slots__ = ("now_ns", "next_due_ns", "on_due", "batch_ns", "backlog", "_loop", "_after_pass_due")
@@ -53,7 +53,7 @@ class ReadClock:
         self.next_due_ns = NEVER_NS  # the dispatcher's next deadline (now_ns)
         self.on_due = None  # called with no argument once a read sees that deadline pass
         self.batch_ns = 0  # the stamp of this pass's reads; 0 between passes
-        self.backlog: deque[Exchange] = deque()  # exchanges with stashed, unparsed reads
+        self.backlog: deque[ClientExchange] = deque()  # exchanges with stashed, unparsed reads
         self._loop = loop
         self._after_pass_due = False
 
@@ -158,7 +158,7 @@ def retry_after_ms(value: str | None, now_unix_s: float | None = None) -> int | 
     return max(0, round((when.timestamp() - now) * 1000))
 
 
-class Exchange:
+class ClientExchange:
     """One request on one connection; the httptools callbacks fill its Outcome; `done` resolves at the end.
 
     `last_ns` (the latest read, or the send) lets the runner's watchdog enforce the read timeout

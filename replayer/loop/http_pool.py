@@ -1,6 +1,6 @@
 """Keep-alive HTTP/1.1 connections to the one target of a run, as plain asyncio protocols.
 
-A request is one pre-encoded `transport.write`; while it is open, its replayer.loop.client.Exchange is
+A request is one pre-encoded `transport.write`; while it is open, its replayer.loop.client.ClientExchange is
 the transport's protocol, so received bytes go straight to it. No per-request objects beyond the
 exchange, no timers.
 """
@@ -57,7 +57,7 @@ def encode_request(
 
 class Connection(asyncio.Protocol):
     """One TCP (or TLS) connection; the transport's protocol while the connection is idle (an
-    open request's Exchange takes over with `transport.set_protocol` and hands it back)."""
+    open request's ClientExchange takes over with `transport.set_protocol` and hands it back)."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from replayer.loop.client import NEVER_NS, Exchange, Outcome, ReadClock
+from replayer.loop.client import NEVER_NS, ClientExchange, Outcome, ReadClock
 from replayer.loop.clock import Clock, SystemClock
 from replayer.loop.http_pool import ConnectionPool, Endpoint
 from replayer.plan.sessions import session_due_ns
@@ -74,7 +74,7 @@ class _Call:
 
     def __init__(self, outcome: Outcome):
         self.outcome = outcome
-        self.exchange: Exchange | None = None
+        self.exchange: ClientExchange | None = None
         self.task: asyncio.Task | None = None
 
 
@@ -270,7 +270,7 @@ class Runner:
                 conn = await pool.open()
             if plan.cancel_after_ns is not None:
                 canceller = self.clock.call_later(plan.cancel_after_ns, _stop_call, call, "cancelled")
-            exchange = call.exchange = Exchange(
+            exchange = call.exchange = ClientExchange(
                 outcome, self.streams[plan.index], plan.cancel_after_tokens, self._reads
             )
             exchange.send(pool, conn, self.requests[plan.index])

@@ -50,10 +50,10 @@ def recorded(reads: list[bytes]) -> tuple:
 
 
 def replayed(reads: list[bytes]) -> tuple:
-    """What the replayer's worker makes of the same reads (client.Exchange's stream path)."""
+    """What the replayer's worker makes of the same reads (client.ClientExchange's stream path)."""
     outcome = Outcome(0)
     sse = SseStream(0)
-    outcome.chunk_offsets_ns = sse.chunk_offsets_ns  # as Exchange.on_headers_complete hands it over
+    outcome.chunk_offsets_ns = sse.chunk_offsets_ns  # as ClientExchange.on_headers_complete hands it over
     for i, data in enumerate(reads):
         sse.feed(data, (i + 1) * READ_NS)
     outcome.e2e_ns = len(reads) * READ_NS

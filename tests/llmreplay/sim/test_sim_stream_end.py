@@ -16,7 +16,7 @@ from aiohttp import ClientConnectionResetError
 
 from llmreplay.sim.config import SimConfig
 from llmreplay.sim.engine import Sequence
-from llmreplay.sim.server import Exchange, SimServer
+from llmreplay.sim.server import ServedRequest, SimServer
 from llmreplay.sim.sinks import StreamSink
 from llmreplay.sim.stepper import EngineStepper
 from llmreplay.sim.wire import ChatEncoder
@@ -60,7 +60,7 @@ class Response:
         self._transport.write(b"0\r\n\r\n")
 
 
-async def _serve_one(close_after: bytes, cancel_handler_on_close: bool) -> tuple[Exchange, Sequence]:
+async def _serve_one(close_after: bytes, cancel_handler_on_close: bool) -> tuple[ServedRequest, Sequence]:
     loop = asyncio.get_running_loop()
     server = SimServer(SimConfig(decode_base_ms=1.0), tokenizer=None)
     server._stepper = EngineStepper(server.engine, loop, server._on_step)
@@ -76,7 +76,9 @@ async def _serve_one(close_after: bytes, cancel_handler_on_close: bool) -> tuple
         TARGET_TOKENS, loop.create_future(),
     )  # fmt: skip
     seq = Sequence("r", 8, (), TARGET_TOKENS, 0, sink)
-    exchange = Exchange("r", 0, 0, "chat_completions", model="sim-model", stream=True, status=200, seq=seq)
+    exchange = ServedRequest(
+        "r", 0, 0, "chat_completions", model="sim-model", stream=True, status=200, seq=seq
+    )
 
     async def handle() -> None:  # _serve's tail for a stream
         await server._run(seq, 0, True, "length", exchange)

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from llmreplay.errors import BadInput
-from replayer.loop.client import Exchange, Outcome, ReadClock
+from replayer.loop.client import ClientExchange, Outcome, ReadClock
 from replayer.loop.http_pool import ConnectionPool, encode_request, parse_endpoint
 
 
@@ -93,7 +93,7 @@ async def serve(answers: list[bytes], pieces: int, close_after: set[int]):
 
 async def exchange(pool: ConnectionPool, stream: bool = True) -> Outcome:
     conn = pool.take_idle() or await pool.open()
-    ex = Exchange(Outcome(0), stream, None, ReadClock(asyncio.get_running_loop()))
+    ex = ClientExchange(Outcome(0), stream, None, ReadClock(asyncio.get_running_loop()))
     ex.send(pool, conn, encode_request(pool.endpoint, "POST", "/v1/chat/completions", [], b"{}"))
     return await asyncio.wait_for(ex.done, 10)
 
@@ -172,7 +172,7 @@ def test_stop_drops_the_connection_and_records_the_reason():
         pool = ConnectionPool(parse_endpoint(f"http://127.0.0.1:{port}"), 5.0, 0)
         conn = await pool.open()
         clock = ReadClock(asyncio.get_running_loop())
-        ex = Exchange(Outcome(0), True, 5, clock)  # mirror a client that left after 5 chunks
+        ex = ClientExchange(Outcome(0), True, 5, clock)  # mirror a client that left after 5 chunks
         ex.send(pool, conn, encode_request(pool.endpoint, "POST", "/", [], b"{}"))
         out = await asyncio.wait_for(ex.done, 10)
         server.close()
@@ -196,7 +196,7 @@ def test_reads_keep_their_own_stamps_and_count_when_stopped_before_they_were_par
         port = server.sockets[0].getsockname()[1]
         pool = ConnectionPool(parse_endpoint(f"http://127.0.0.1:{port}"), 5.0, 0)
         conn = await pool.open()
-        ex = Exchange(Outcome(0), True, None, ReadClock(asyncio.get_running_loop()))
+        ex = ClientExchange(Outcome(0), True, None, ReadClock(asyncio.get_running_loop()))
         ex.send(pool, conn, encode_request(pool.endpoint, "POST", "/", [], b"{}"))
         stamps = []
         for part in (SSE_HEAD, b"%x\r\n%s\r\n" % (len(sse_event("a")), sse_event("a"))):
