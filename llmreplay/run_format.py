@@ -29,7 +29,7 @@ from llmreplay.trace_format import COLUMNS as TRACE_COLUMNS
 from llmreplay.trace_format import INT16, INT32, INT64, STRING, TIMESTAMP, version_tuple
 
 # Version rule: MAJOR.MINOR. A minor only adds nullable columns (`since` on the column) and run.json keys.
-RUN_FORMAT_VERSION = "1.2"
+RUN_FORMAT_VERSION = "1.3"
 READABLE_MAJOR_VERSIONS = (1,)
 OLDEST_VERSION = "1.0"  # what a run that states no version is (written before the version was)
 METADATA_KEY = b"llmreplay.run"  # results.parquet's footer: JSON {"run_format_version": ...}
@@ -62,7 +62,7 @@ class ResultRow:
     parent_request_id: str | None = column(None, None, made_by=TRACE)
     arrival_time: int = column(made_by=TRACE)  # the trace's arrival, microseconds since the Unix epoch
     endpoint: str = column(made_by=TRACE)
-    model: str | None = column(None, None)  # as sent: --model, or the trace's
+    model: str | None = column(None, None)  # as sent: --model, --model-map, or the trace's
     stream: bool = column(made_by=TRACE)
     tools_count: int = column(made_by=TRACE)
     tool_choice: str | None = column(None, None, made_by=TRACE)
@@ -100,6 +100,7 @@ class ResultRow:
     # What a failed request said: the first 2 KB of an error response's body, or the client's own
     # description (stream cut, bad JSON, ...); secrets scrubbed (llmreplay.redaction). Null on success.
     error_detail: str | None = column(STRING, None, since="1.1")
+    recorded_model: str | None = column(STRING, None, since="1.3")  # the trace's; `model`: as sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +204,7 @@ class RunInfo:
     schedule_span_s: float
     server_metrics: dict[str, Any] | None
     summary: dict[str, Any]  # the run's verdict (replayer.results.summary)
+    preflight: dict[str, Any] | None = None  # since 1.3: the target checked before the clock; null: skipped
     run_format_version: str = RUN_FORMAT_VERSION
 
 

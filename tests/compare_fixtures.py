@@ -144,6 +144,7 @@ def write_run(
         "recorded_completion_tokens": a["completion_tokens"].tolist(),
         "requested_completion_tokens": a["completion_tokens"].tolist(),
         "error_detail": [details.get(i) if f else None for i, f in enumerate(failed)],
+        "recorded_model": a["model"].tolist(),
     }
     table = pa.table(columns, schema=RESULT_SCHEMA)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,7 @@ class WorkerPart:
     plans: PlanArrays
 
 
-class Requests:
+class SentRequests:
     """What was sent for a worker's requests: its fields, and a body read back only when asked for."""
 
     def __init__(self, fields: RequestFields, tails_path: Path):
@@ -77,7 +77,7 @@ def merge_worker_results(
         for part in parts:
             if not part.results_path.exists():
                 continue
-            built = Requests(read_fields(part.fields_path), part.tails_path)
+            built = SentRequests(read_fields(part.fields_path), part.tails_path)
             for batch in _sent_batches(part):
                 records = trace.records([item.plan.record_index for item in batch])
                 rows = result_rows(batch, records, built, part.worker, clock, count_tokens)
@@ -137,7 +137,7 @@ class RunClock:
 def result_rows(
     sent: Sequence[Sent],
     records: Sequence[dict],
-    built: Requests,
+    built: SentRequests,
     worker: int,
     clock: RunClock,
     count_tokens=None,
@@ -171,11 +171,12 @@ def _planned(item: Sent, record: dict, fields: RequestFields, worker: int, clock
         session_wait_ns=max(0, item.due_ns - (clock.start_ns + plan.scheduled_offset_ns)),
         recorded_prompt_tokens=record["prompt_tokens"],
         recorded_completion_tokens=record["completion_tokens"],
+        recorded_model=record["model"],
         requested_completion_tokens=fields.requested(plan.index),
     )
 
 
-def _measured(row: ResultRow, item: Sent, built: Requests, clock: RunClock, count_tokens) -> None:
+def _measured(row: ResultRow, item: Sent, built: SentRequests, clock: RunClock, count_tokens) -> None:
     out = item.outcome
     for name in OUTCOME_COPIED:
         setattr(row, name, getattr(out, name))

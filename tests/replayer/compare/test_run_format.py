@@ -40,11 +40,13 @@ GOLDEN = sorted((ROOT / "samples" / "golden").glob("run-v*"))
 # Recipes (each written once, never regenerated): `llmreplay replay samples/golden/trace-v1.1.parquet
 # --target SIM --model sim-model --speed 20` against `llmreplay sim --profile fast --error-rate 0.2
 # --seed 3`; hostname and run_dir rewritten. v1.0 by llmreplay before error_detail, v1.1 after;
-# v1.2 replays trace-v1.2.parquet, the sim also given --reasoning-tokens 4.
+# v1.2 replays trace-v1.2.parquet, the sim also given --reasoning-tokens 4; v1.3 the same, with its preflight
+# (its recorded_model column added from trace-v1.2's model of each source_request_id).
 EXPECTED = {
     "run-v1.0": {"rows": 21, "failed": 9, "details": 0},
     "run-v1.1": {"rows": 21, "failed": 9, "details": 9},
     "run-v1.2": {"rows": 21, "failed": 9, "details": 9},
+    "run-v1.3": {"rows": 21, "failed": 9, "details": 9},
 }
 
 
@@ -71,7 +73,7 @@ def test_golden_run_reads(path):
 
 def test_error_detail_came_with_1_1_and_the_reasoning_columns_with_1_2():
     reasoning = dict.fromkeys(("ttfo_ns", "reasoning_tokens", "reasoning_ns"), "1.2")
-    assert ADDED_COLUMNS == {"error_detail": "1.1", **reasoning}
+    assert ADDED_COLUMNS == {"error_detail": "1.1", **reasoning, "recorded_model": "1.3"}
 
 
 def test_unknown_major_version_is_refused(tmp_path):
