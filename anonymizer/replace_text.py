@@ -1,11 +1,6 @@
-"""Keyed, prefix-preserving replacement of chat messages, completions prompts and responses.
-
-Message tokens are counted as llmreplay.openai_wire.message_text defines for every stage. Text is replaced chunk
-by chunk (chunks end at global positions that are multiples of GRANULARITY_TOKENS, which divides the
-block size, and at message ends); a chunk's words are a keyed function of every original token and
-role before its end, so equal prefixes stay equal and different ones differ from their first
-differing chunk on.
-"""
+"""Keyed, prefix-preserving replacement of chat messages, completions prompts and responses: a chunk's
+words (chunks end every GRANULARITY_TOKENS, a divisor of the block size, and at message ends) are a
+keyed function of every original token and role before its end; counts as openai_wire.message_text."""
 
 from __future__ import annotations
 

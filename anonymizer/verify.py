@@ -1,11 +1,6 @@
-"""The proof: re-read original and anonymized traces and check counts, structure, sharing and leaks.
-
-Independent of how the text was generated: it only tokenizes, compares and scans. A leak is a word
-of 4+ characters, or a 5-token span with 3+ tokens of letters or digits, of original content found in
-the output. Exempt, because they recur by chance: generator and protocol words (word check), bare
-keyed ids and JSON numbers (both checks; tool-call numbers are instead compared digit by digit).
-Holds the original's words and span hashes in memory: size it to the content, not the rows.
-"""
+"""The proof: re-read original and anonymized traces and check counts, structure, sharing and leaks,
+independent of how the text was generated (it only tokenizes, compares and scans). What is checked
+and what a leak is: README, `--verify`. Holds the original's words and span hashes in memory."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
 """`llmreplay demo`: the whole story on 127.0.0.1 — record, anonymize, replay on a slower engine, compare.
-
-Every stage is a subprocess call to the llmreplay CLI, so the core imports no stage. A stage whose
-command is not installed is skipped and said so; the demo then starts from the bundled sample trace.
-
-The output directory is the demo's own: it carries a marker file (MARKER), and every run starts by
-removing what an earlier run left there (DEMO_ENTRIES, nothing else), so a second run never mixes
-its recording or its run with the first one's. A non-empty directory without the marker is never
-touched: the demo refuses it (one line, exit 2).
-
-The demo's answer is the gate's: the new engine is the slow sim, so compare says NO-GO (its exit 1)
-by design. The demo prints that verdict and exits 0; it fails (exit 1) only when a stage fails.
-"""
+Every stage is a subprocess call to the llmreplay CLI, so the core imports no stage; a stage whose
+command is not installed is skipped, said so, and the demo starts from the bundled sample trace."""
 
 from __future__ import annotations
 

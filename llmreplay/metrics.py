@@ -1,10 +1,6 @@
-"""One definition of the latency metrics, applied alike to recorded traces and replay results.
-
-METRICS is the table every report, comparison, SLO and verdict iterates: adding a metric is adding
-a row (and its test). Values are ns inside, ms on display. Request start is the gateway arrival in a
-trace and the actual send in a replay run. Only successful requests count for latency; failures are
-reported apart, by kind.
-"""
+"""One definition of the latency metrics, applied alike to recorded traces and replay results: METRICS is
+the table every report, comparison, SLO and verdict iterates (adding a metric = a row and its test).
+ns inside, ms on display; start is the gateway arrival or the actual send; only successes count."""
 
 from __future__ import annotations
 

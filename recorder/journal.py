@@ -1,11 +1,6 @@
-"""The raw journal, written by the proxy process: finished captures as frames, in segment files.
-
-It is the recorder's source of truth. A capture is appended with one write() on the event loop as
-its flow ends, before the client has the end of its response, so a killed proxy loses nothing that
-completed (the page cache survives a process kill; a power loss can take the last flush interval,
-which a thread fsyncs). The converter process tails the segments and deletes each closed one once
-its rows are safe elsewhere. Nothing here parses, tokenizes or imports pyarrow.
-"""
+"""The raw journal, the recorder's source of truth: a finished capture is one frame appended with one
+write() on the event loop before the client has its response's end, so a killed proxy loses nothing
+that completed (docs/design/recorder-journal.md). Nothing here parses, tokenizes or imports pyarrow."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The proxy's side of the converter process: start it, notice when it dies, restart it, wait for it at stop.
-
-Nothing is lost when the converter dies: every capture is in the journal until the converter has
-spooled its row, and a new converter starts from the oldest journal segment still on disk. It is
-restarted with backoff whatever phase it died in, for as long as the proxy runs: the proxy never
-stops because filing is impaired.
-"""
+"""The proxy's side of the converter process: start it, restart it with backoff whenever it dies, wait
+for it at stop. The proxy never stops because filing is impaired, and loses nothing meanwhile
+(docs/design/recorder-journal.md)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""What text a chat message's tokens are counted over: one definition for every stage.
-
-A message counts its text content (a string, or the text parts of a list joined by "\\n"; images,
-audio and other parts count nothing) followed directly by each tool call's function name and
-arguments. A Responses API `function_call` item counts name + arguments, a `function_call_output`
-its output. A prompt's tokens are its messages' tokens concatenated, with no chat template.
-The recorder, the anonymizer, the sim and the sample generator all count this way.
-"""
+"""What text a chat message's tokens are counted over: one definition for every stage (the recorder,
+the anonymizer, the sim and the sample generator); the rule is `message_text`'s."""
 
 from __future__ import annotations
 
@@ -31,7 +25,11 @@ def text_parts(content: Any) -> list[str]:
 
 
 def message_text(message: Any) -> tuple[str, str]:
-    """(role, the text whose tokens are the message's tokens)."""
+    """(role, the text whose tokens are the message's tokens): its text content (a string, or the text
+    parts of a list joined by "\\n"; images, audio and other parts count nothing) followed directly by
+    each tool call's function name and arguments. A Responses API `function_call` item counts name +
+    arguments, a `function_call_output` its output. A prompt's tokens are its messages' tokens
+    concatenated, with no chat template."""
     if not isinstance(message, dict):
         return "unknown", ""
     kind = message.get("type")

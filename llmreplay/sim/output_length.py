@@ -1,11 +1,5 @@
 """How many tokens an answer gets, how many of them are reasoning, and why it ends (pure; the caller
-passes the random source).
-
-Forced (ignore_eos, or min_tokens >= max_tokens): exactly max_tokens, reasoning included, finish
-"length". Otherwise the reasoning plus a draw from the configured distribution, raised to min_tokens
-and capped by max_tokens ("length" when capped, else "stop"). A tool call ends with "tool_calls".
-The answer keeps at least one token: reasoning takes at most all but the last.
-"""
+passes the random source)."""
 
 from __future__ import annotations
 
@@ -46,7 +40,10 @@ def draw_reasoning_tokens(config: SimConfig, rng: random.Random, header: str | N
 def plan_output(
     request: CompletionRequest, config: SimConfig, rng: random.Random, reasoning_tokens: int = 0
 ) -> tuple[int, str]:
-    """(completion tokens, reasoning included; finish_reason)."""
+    """(completion tokens, reasoning included; finish_reason). Forced (ignore_eos, or min_tokens >=
+    max_tokens): exactly max_tokens, "length". Otherwise the reasoning plus a draw from the configured
+    distribution, raised to min_tokens and capped by max_tokens ("length" when capped, else "stop").
+    A tool call ends with "tool_calls"."""
     cap = request.max_tokens
     forced = cap is not None and (request.ignore_eos or request.min_tokens >= cap)
     if forced:

@@ -1,13 +1,6 @@
-"""A request's arrival is the read that brought its first bytes, not the moment its handler ran.
-
-aiohttp starts a handler one or more loop iterations after the read (its connection task wakes,
-then the handler task), and an iteration may hold a slice of token writes. Stamped in the
-handler, the ground truth was up to ~1.5 ms late at p99 under load, and clients' dispatch lag was
-judged against that. Here the connection's protocol stamps the first read of each request;
-a middleware claims the stamp for every request (so a GET's stamp never passes to the next
-request on its connection), and a handler that reads a body drops the stamps of its later reads
-(a client sends its next request only after this one's answer).
-"""
+"""A request's arrival is the read that brought its first bytes, not the moment its handler ran: the
+ground truth that clients' dispatch lag is judged against. Stamped by the connection's protocol,
+claimed by a middleware; why and how: docs/design/sim-timing.md."""
 
 from __future__ import annotations
 

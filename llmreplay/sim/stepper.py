@@ -1,14 +1,6 @@
-"""Drives the engine on the event loop: each step ends at an absolute deadline (no drift).
-
-Timers are callbacks, not tasks, so a step costs one timer and one pass over the batch.
-Event loop timers have millisecond granularity (and uvloop's may fire early), so an early
-wake-up re-arms for the remainder; lateness (actual end - deadline) is reported per step.
-
-A big batch's writes take milliseconds (~10 us a token); they go out in slices of EMIT_SLICE_NS
-with the loop polling in between, so a request that arrives meanwhile is read, and its arrival
-stamped, within a slice rather than after the whole batch (the ground truth that clients' dispatch
-lag is checked against). The next step still starts at this step's deadline.
-"""
+"""Drives the engine on the event loop: each step ends at an absolute deadline (no drift), timers are
+callbacks (one per step), lateness is reported per step, and a big batch's writes go out in slices
+so arrivals are stamped meanwhile. Why: docs/design/sim-timing.md."""
 
 from __future__ import annotations
 

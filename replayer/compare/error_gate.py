@@ -1,10 +1,6 @@
-"""Failed requests: the error rate (one definition for replay, report and compare), its gate, and
-the commonest messages, so a report says why requests failed and not only how many.
-
-Pure functions over per-row arrays. The error rate's base is the requests *counted*: sent, and not
-ended by the client itself (shed, cancelled to mirror production, cut at shutdown) — those are the
-replay's doing, reported by the fidelity checks.
-"""
+"""Failed requests: the error rate (one definition for replay, report and compare), its gate, and the
+commonest messages. Its base is the requests *counted*: sent and not ended by the client itself
+(shed, cancelled as in production, cut at shutdown: the fidelity checks report those)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Did the two sides carry the same traffic? Cross-checks run before any latency verdict is trusted.
-
-A run's own checks (completed, everything sent, on time, the recorded lengths) are
-replayer.compare.run_fidelity's, shared with `replay` and `report`; these compare the two sides: the same
-requests, the same mix, the same arrival times, the same load. Checks are plain dicts (see
-replayer.compare.run_fidelity); any `fail` makes the comparison exit 1.
-"""
+"""Did the two sides carry the same traffic (requests, mix, arrival times, load)? Checked before any
+latency verdict is trusted; a run's own checks are replayer.compare.run_fidelity's, in the same
+plain dicts. Any `fail` makes the comparison exit 1."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Latency cells: every metric at every percentile on both sides, the ratio, its CI and the verdict.
-
-The sides of a comparison pair up (compare keeps the request ids both contain), so each CI comes
-from the paired bootstrap (replayer.compare.paired): one resample of request pairs serves both
-sides, and a run compared with itself gets ratio 1 with CI [1, 1]. A percentile with fewer than
-MIN_TAIL_SAMPLES values beyond it (p99 of 48 requests is the maximum) is flagged `few_samples`.
-"""
+"""Latency cells: every metric at every percentile on both sides, the ratio, its paired-bootstrap CI
+(replayer.compare.paired: a side compared with itself gets 1, CI [1, 1]) and the verdict; a cell
+with fewer than MIN_TAIL_SAMPLES values beyond its percentile is flagged `few_samples`."""
 
 from __future__ import annotations
 

@@ -1,22 +1,6 @@
-"""The paired bootstrap of a percentile ratio: both sides resampled by the same requests.
-
-Two replays of one trace send the same requests, so their latencies are paired: a resample must
-draw *pairs* (the bootstrap unit is the request, on both sides at once), or the noise of two
-independent draws hides what the pairing shows — a run compared with itself would come out
-"inconclusive" instead of exactly 1.
-
-Drawing pairs and sorting each resample costs O(n) per replicate; instead each replicate draws the
-uniform level of the order statistic that becomes the resampled percentile, as the independent
-bootstrap does (replayer.compare.stats), with each side's exact Beta law, and the two sides' levels
-are coupled by a Gaussian copula whose correlation is that of the pairs' quantile scores:
-corr(sum over a request's values of 1{x <= Q_b} - q, same for the candidate) over requests. That is
-the correlation of the two resampled percentiles under pair resampling for large n (Bahadur's
-representation of a sample quantile); identical sides have correlation 1 and get identical draws,
-so every replicate's ratio is exactly 1. O(draws) per percentile after one O(n) pass.
-
-Below EXACT_MAX_REQUESTS requests, where that large-n coupling is coarse and resampling is cheap,
-pairs are resampled literally (`weighted_quantiles`); a test holds the two to each other.
-"""
+"""The paired bootstrap of a percentile ratio: both sides resampled by the same requests, so a run
+compared with itself gets exactly 1. A Gaussian copula of exact Beta draws above EXACT_MAX_REQUESTS,
+literal pair resampling below; why and how: docs/design/paired-bootstrap.md."""
 
 from __future__ import annotations
 

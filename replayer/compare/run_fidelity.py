@@ -1,10 +1,6 @@
-"""Was one replay run complete and faithful? The one definition `replay`, `report` and `compare` apply.
-
-A check is a plain dict: check, status (ok / warn / fail / info), value, limit, detail, and `summary`,
-the short phrase a headline quotes when the check fails. A run is faithful when no check fails:
-every planned request sent (none shed, none left unsent by an interruption), on time, with the
-recorded lengths.
-"""
+"""Was one replay run complete and faithful (every planned request sent, on time, with the recorded
+lengths)? One definition for `replay`, `report` and `compare`; a run is faithful when no check fails.
+A check is a plain dict: check, status (ok/warn/fail/info), value, limit, detail, summary."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """The gate's verdict, one definition for `replay`, `report` and `compare`: what failed, in a reader's
-order (fidelity, SLOs, errors, latency), and a one-line headline that says it first:
-
-    NO-GO: TTFT ≈4.4× (CI 4.3–4.5) and E2E ≈3.9× (CI 3.8–4.0) slower at every percentile; SLOs still met; replay faithful
-
-`compare` says GO / NO-GO, `replay` and `report` PASS / FAIL. Exit status 1 whenever anything failed.
-"""
+order (fidelity, SLOs, errors, latency), and a one-line headline that says it first. `compare` says
+GO / NO-GO, `replay` and `report` PASS / FAIL; exit status 1 whenever anything failed."""
 
 from __future__ import annotations
 
@@ -175,7 +171,10 @@ def _grouped(cells_by_metric: dict[str, list], direction: str, invert: bool) -> 
             continue
         ratios = [1 / c["ratio"] if invert else c["ratio"] for _, c in cells]
         lows = [1 / c["ci_high"] if invert else c["ci_low"] for _, c in cells]
-        highs = [1 / c["ci_low"] if invert else c["ci_high"] for _, c in cells]
+        # A CI reaching 0 (a side whose gaps are 0 ns: chunks read together) inverts to no upper bound.
+        highs = [
+            (1 / c["ci_low"] if c["ci_low"] else float("inf")) if invert else c["ci_high"] for _, c in cells
+        ]
         text = f"{BY_NAME[metric].title} {_times(ratios)}× (CI {_number(min(lows))}–{_number(max(highs))})"
         every = len(cells) == len(BY_NAME[metric].percentiles)
         groups.setdefault((every, tuple(q for q, _ in cells)), []).append(text)

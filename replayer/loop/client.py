@@ -1,13 +1,6 @@
 """One HTTP request, timed on the monotonic clock, classified into the trace's error taxonomy.
-
-An ClientExchange writes a pre-encoded request on a pooled connection and parses the answer with
-httptools' callbacks. A network read is only timestamped and stashed; the parsing (HTTP framing,
-SSE events) runs right after the loop's pass over ready sockets, in slices, each read with its own
-timestamp. So a burst of reads is stamped at the cost of the reads alone: with parsing inline, the
-last reads of a 200-chunk burst were stamped milliseconds after their bytes arrived. No task
-switch, timer or future per chunk. An exchange can be stopped from outside (`stop`) to mirror a
-production cancel, on a read timeout, or at shutdown.
-"""
+Reads are stamped and stashed, parsed after the loop's pass over ready sockets: no task, timer or
+future per chunk (docs/design/replay-loop.md)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Wake-ups at monotonic deadlines to the tens of microseconds, without spinning the event loop.
-
-The loop's own timers are millisecond-grained (libuv rounds them and may fire early), so waiting
-for a due request meant yielding to the loop in a busy cycle for its last millisecond: about 1 ms
-of CPU per request, a fifth of the replay's whole cost at 50 req/s. Here one Linux timerfd on
-CLOCK_MONOTONIC (the clock behind time.perf_counter_ns) is armed at the earliest deadline of all
-waiters; epoll wakes the loop when it expires. Elsewhere `DeadlineTimer.create` returns None and
-the caller keeps the timer-then-yield wait.
-"""
+"""Wake-ups at monotonic deadlines to the tens of microseconds, without spinning the event loop: one
+Linux timerfd armed at the earliest deadline; elsewhere `DeadlineTimer.create` returns None and the
+caller keeps the timer-then-yield wait. Why: docs/design/replay-loop.md."""
 
 from __future__ import annotations
 

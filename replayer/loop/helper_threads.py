@@ -1,11 +1,6 @@
-"""A worker's helper threads (request reader, result writer) never hold the CPU against its loop.
-
-Under SCHED_FIFO (`chrt`, or the benchmark's --rt) threads of equal priority on one CPU do not
-time-slice: a woken helper keeps the CPU until it blocks, and the loop's due request waits behind
-it. Dropped to SCHED_OTHER, a helper runs only while the real-time loop thread sleeps. In a 3+3
-A/B at 50 req/s the loop's worst dispatch lag of a run fell from 6.9-12.0 ms to 3.4-5.9 ms, with
-the same p99 and CPU. Without a real-time policy this changes nothing.
-"""
+"""A worker's helper threads (request reader, result writer) never hold the CPU against its loop:
+under a real-time policy they drop to SCHED_OTHER; otherwise nothing changes.
+Measured: docs/design/replay-loop.md#helper-threads-yield-to-the-loop-helper_threadspy."""
 
 from __future__ import annotations
 

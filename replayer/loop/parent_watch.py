@@ -1,20 +1,6 @@
 """A worker never outlives its coordinator: no load on the target without a living replay.
-
-When the coordinator dies without a word (`kill -9`, the OOM killer, a CI timeout, `docker kill`),
-nobody will merge what a worker measures and nobody can stop it, so it must stop sending at once.
-Two mechanisms, both cheap and neither on the per-request path:
-
-- Linux: `PR_SET_PDEATHSIG` asks the kernel to SIGKILL the worker when its parent dies. The
-  "parent" is the *thread* that forked it: the coordinator starts its workers from the thread that
-  then watches them until they exit (its main thread), so the signal cannot fire early.
-- Everywhere: a liveness pipe. The coordinator keeps the write end (only it: spawned processes
-  inherit no fd they were not handed) and never writes; the worker's event loop watches the read
-  end with `add_reader`. When the coordinator dies the kernel closes the write end, the read end
-  turns readable (EOF), and the loop wakes, even when it was parked before a long idle gap.
-
-A worker started by a parent that is already gone (it died while the worker was importing) finds
-out before it sends anything: `parent_gone` at start-up and again right before the clock starts.
-"""
+PR_SET_PDEATHSIG on Linux plus a liveness pipe everywhere, checked again right before the clock
+starts; neither is on the per-request path. Why both: docs/design/replay-loop.md."""
 
 from __future__ import annotations
 

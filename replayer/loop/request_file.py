@@ -1,12 +1,6 @@
-"""A worker's requests on disk: one flat file of request tails plus a small file of compact fields.
-
-A tail is everything of an HTTP request after the part common to every request of a path: the
-per-request headers (X-Request-Id, the session header), Content-Length, the blank line and the
-JSON body. The worker prepends the common part (request line, Host and the run's headers, which
-may hold the API key) in memory, so no secret is ever written. Tails are stored in plan order, so
-a worker reads its file front to back in large chunks while the run goes on (replayer.loop.request_source)
-instead of holding every body; the fields cost a few bytes a request.
-"""
+"""A worker's requests on disk: one flat file of request tails in plan order plus a small file of
+compact fields. The part common to every request (which may hold the API key) is prepended in
+memory, so no secret is ever written (docs/design/replay-memory.md)."""
 
 from __future__ import annotations
 

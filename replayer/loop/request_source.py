@@ -1,18 +1,6 @@
-"""Encoded requests by plan index, read from the worker's request file while the run goes on.
-
-A worker used to hold every request of its shard (about 4 KB each); now it holds a window. A reader
-thread keeps AHEAD_BYTES of tails loaded beyond the latest request the loop asked for, in chunks of
-CHUNK_BYTES read with os.pread (the read itself releases the GIL; the thread's Python work is a few
-tens of microseconds a chunk). The loop only slices a chunk and prepends the shared head: one copy.
-The thread sleeps until the loop has used half the window and wakes it: a thread waking on a timer
-every 10 ms cost 7-10 ms of CPU a second on a 2-vCPU VM, 0.2 CPU-s per 1,000 requests at 50 req/s.
-
-Session follow-ups are sent later than their place in the plan (after the previous answer plus the
-think time), so when a chunk falls behind, the thread copies out the follow-ups not yet sent before
-dropping it; memory stays bounded by the window plus the sessions in progress. A request found
-nowhere (a head that waited for its connection while more than a chunk went out) is read on the
-loop with one pread, counted in `loop_reads`; that is a fallback, not the path.
-"""
+"""Encoded requests by plan index, read a window ahead from the worker's request file while the run
+goes on: memory is bounded by the window plus the sessions in progress, not the shard.
+How the reader thread keeps the window and what it costs: docs/design/replay-memory.md."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""A worker's finished requests go to disk during the run, not into a list held until the end.
-
-The loop turns each finished request into a tuple of plain values (`fields`, about a microsecond)
-and every SPOOL_BATCH of them into one marshal frame (C code, ~10 microseconds); a writer thread
-does the file writes. So the worker holds a few dozen results, not every Outcome of the run with
-its per-chunk offsets. The file is written under a temporary name and renamed by `close`: a worker
-that dies leaves no results file, and its requests are absent from the run, never half-read.
-marshal, not pickle: the values are builtins only, it is faster (9 against 12 us for 32 results of 190
-chunks), and the file is read back by the same Python a moment later.
-"""
+"""A worker's finished requests go to disk during the run in marshal frames, not into a list held
+until the end; the file appears only at `close` (a worker that dies leaves none, never a half-read
+one). Why marshal and a writer thread: docs/design/replay-memory.md."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
 """The event loop of one worker: open-loop dispatch at absolute deadlines, session chains, shedding,
-read-timeout watchdog, bounded shutdown. The loop does network I/O and timestamping only; the
-request bytes are encoded before the clock starts.
-
-The run is bounded as a whole: `--duration` stops sending at start + duration (one timer), a stop
-(the duration, SIGINT/SIGTERM) leaves in-flight requests the grace period, and whatever is still
-open after it is cut (error kind "shutdown"). So a server that trickles its answers cannot keep a
-run alive past duration + grace. `abandon` is the other end: no grace, for a worker whose
-coordinator is gone.
-"""
+read-timeout watchdog, bounded shutdown. Network I/O and timestamping only (bodies are encoded before
+the clock starts); no run outlives duration + grace (docs/design/replay-loop.md)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,6 @@
-"""Incremental reader of an OpenAI-style SSE stream, fed raw bytes as they arrive.
-
-The caller timestamps each read before calling `feed`; events split across reads are
-reassembled. Content chunks are recognised by byte patterns; JSON is parsed only for chunks that
-carry a finish reason, usage, an error or tool calls; which keys carry tokens, and on which channel
-(answer or reasoning), is llmreplay.openai_wire.channels' table. A stream's text chunks differ only in their
-text, so the first one teaches the stream its framing (the bytes before and after the text), and
-a read holding exactly one chunk in that framing is recognised with two comparisons and a quote
-search: no split, no slice, no regex (the regexes were a tenth of the replayer's CPU at 9,500
-chunks/s). Imports nothing from the rest of replayer.
-
-Not llmreplay.sse.SSESplitter (the recorder's, also used here after the run for the tokenizer
-fallback): that one returns each read's data payloads as a list and drops `event:` names, which
-is what the recorder needs. The replayer must see `event: error` (a stream error) and handles
-each event in place with its read's timestamp; giving the shared splitter both outputs would cost
-the recorder's fast path a branch per event for nothing.
-"""
+"""Incremental reader of an OpenAI-style SSE stream, fed raw bytes with each read's timestamp; keeps
+`event:` names (a stream error) that llmreplay.sse.SSESplitter drops. No regex, no split on the fast
+path; imports nothing from the rest of replayer. Why: docs/design/replay-loop.md#sse-without-a-regex-ssepy."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""A worker process: opens its shard's request file, waits for the shared start, runs the loop,
-spools its results to disk as it goes. Started by replayer.coordinator; talks over a pipe.
-
-Kept light on purpose (uvloop, httptools, orjson): no pyarrow, no tokenizer, no aiohttp. Its memory
-does not grow with the trace's length beyond its plans (columns, replayer.plan.arrays, ~60 bytes a
-request): requests are read a window ahead
-(replayer.loop.request_source) and finished requests leave for disk in small batches
-(replayer.loop.result_spool).
-
-It never outlives the coordinator (replayer.loop.parent_watch): when the coordinator is gone, it stops
-sending at once and exits, before the start or in the middle of the run.
-"""
+"""A worker process: opens its shard's request file, waits for the shared start, runs the loop, spools
+its results to disk as it goes. Started by replayer.coordinator; talks over a pipe. Imports no pyarrow,
+tokenizer or aiohttp; memory does not grow with the trace (docs/design/replay-memory.md)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Planned requests as columns (~60 bytes a request), read one at a time through small views.
-
-An object per planned request cost about 300 bytes with its integers, and pickling a million of
-them to a worker or the builder took as much again for the pickler's memo. The plans are columns
-of the array module instead (no numpy in a worker); the loop reads one through a `PlannedRequest`
-made on access (under a microsecond, a few per request). Ids and session keys are not stored:
-they follow from the trace row and the copy index (replayer.plan.schedule.copy_name).
-"""
+"""Planned requests as columns of the array module (~60 bytes a request, no numpy: workers load it),
+read one at a time through small views; ids and session keys follow from the trace row and the copy
+index. Why not objects: docs/design/replay-memory.md."""
 
 from __future__ import annotations
 

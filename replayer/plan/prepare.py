@@ -1,12 +1,6 @@
 """Request files of every worker, built before the workers load them and before the clock starts.
-
-The only replay code that may load the tokenizer (prompt synthesis for shape-only rows). When it
-is needed, building runs in a short-lived process, so neither the workers nor the coordinator
-carry the tokenizer's memory through the run. Records are streamed from the trace and each body is
-written as soon as it is built (replayer.loop.request_file), so the builder holds neither the trace nor
-the bodies: only the bodies built ahead of an earlier plan of their worker (copies shifted by
-`--copy-jitter` come a little out of trace order).
-"""
+The only replay code that may load the tokenizer, in a short-lived process when it is needed; it
+streams records and bodies, holding neither the trace nor the bodies (docs/design/replay-memory.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Prompt text from a shape: message token counts plus chained prefix-block hashes.
-
-Block i of a prompt is spelled from a seed equal to its chained hash, so two prompts that shared
-their first k blocks in production share exactly that text here, and prompts that did not, do not
-(blocks without a hash get a seed unique to the request). The words come from a WordSource whose
-words are single tokens (llmreplay.exact_text), so counts stay exact.
-"""
+"""Prompt text from a shape: block i is spelled from a seed equal to its chained hash (or one unique to
+the request without a hash), so prompts share exactly the prefixes they shared in production. Words
+come from a single-token WordSource (llmreplay.exact_text), so counts stay exact."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Sessions as dependency chains: deterministic sharding to workers and linking of turns.
-
-Turn k+1 waits for turn k; sessions never wait for each other, so a whole session always lives in
-one worker. Pure functions over a replayer.plan.schedule.Schedule's columns; no I/O. numpy is imported
-inside the planning functions: workers import this module for `session_due_ns` and must stay
-without it.
-"""
+"""Sessions as dependency chains: turn k+1 waits for turn k, sessions never wait for each other, so a
+whole session lives in one worker (deterministic sharding). Pure functions over a Schedule's columns;
+numpy is imported inside the planning functions, as workers import `session_due_ns`."""
 
 from __future__ import annotations
 

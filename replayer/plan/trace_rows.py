@@ -1,10 +1,6 @@
-"""The few columns of a trace a replay plans with, and full rows streamed back only where needed.
-
-The coordinator used to hold every TraceRecord of the trace through the run (per-chunk timings,
-message shapes, block hashes: kilobytes a row). Planning, the model check and the result rows need
-only scalar columns, held here as one Arrow table (~150 bytes a row). Bodies are built from full
-records that `stream_records` reads batch by batch, by position in the trace's file order.
-"""
+"""The few scalar columns of a trace a replay plans with (~150 bytes a row), and full rows streamed back
+only where bodies are built: the coordinator never holds every TraceRecord through a run
+(docs/design/replay-memory.md)."""
 
 from __future__ import annotations
 

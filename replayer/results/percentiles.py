@@ -1,12 +1,6 @@
-"""Exact percentiles of more values than a run should hold (every inter-chunk gap), read in passes.
-
-A run's ITL percentiles pool every gap between chunks: ~150 per streamed answer, so holding them
-as llmreplay.metrics does costs about 40 bytes a chunk, 6 GB for a million answers. Here the values
-are read again on each pass instead: the first counts them, the next ones narrow the interval that
-holds each wanted order statistic with a histogram, the last collects the few values left and
-picks the order statistic. The interpolation is numpy's default ("linear") method, step for step,
-so the result is np.percentile's to the last bit (tests compare them).
-"""
+"""Exact percentiles of more values than a run should hold (every inter-chunk gap), read in passes;
+the result is np.percentile's to the last bit (tests compare them). Why and how:
+docs/design/replay-memory.md#itl-percentiles-in-passes-replayerresultspercentilespy."""
 
 from __future__ import annotations
 
