@@ -1,9 +1,7 @@
-"""Comparison of two sides (trace or run) — or the summary of one: a JSON-ready dict with verdicts.
+"""Two sides (trace or run) compared, or one summarized, as a JSON-ready dict: pure over loaded tables.
 
-Pure logic over loaded tables (replayer.compare.inputs does the I/O); the reports only render it.
-Latency percentiles carry paired-bootstrap CIs (replayer.compare.latency); the verdict and its
-headline come from replayer.compare.verdict. Exit status: 0 nothing failed, 1 a regression, an SLO
-breach, an error rate over its limit, an unfaithful or interrupted replay, or different loads.
+Exit status: 0 nothing failed; 1 a regression, an SLO breach, too many errors, an unfaithful or
+interrupted replay, or different loads (the verdict is replayer.compare.verdict's).
 """
 
 from __future__ import annotations
