@@ -185,7 +185,10 @@ class ReplayConfig:
     skip_preflight: bool = option(
         False,
         flag_value=True,
-        help="Send no preflight requests (engine version, length forcing, cached tokens, context, features).",
+        help=(
+            "Send no preflight requests (engine version, length forcing, cached tokens, context, features) "
+            "and ask no /tokenize: prompts are spelled for --tokenizer (or the default), unchecked."
+        ),
     )
     server_metrics_interval_ns: int = 1 * NS_PER_S
     early_wake_ns: int = 1_000_000  # wake this early from the timer, then spin to the deadline

@@ -45,7 +45,13 @@ from replayer.preflight import Preflight, preflight_target
 from replayer.results.merge import WorkerPart, merge_worker_results
 from replayer.results.summary import summarize_file
 from replayer.target import TargetInfo, normalise_base_url, probe_target, with_server_metrics
-from replayer.target_tokenizer import AUTO, TokenizerChoice, choose_tokenizer, engine_tokenizer_choice
+from replayer.target_tokenizer import (
+    AUTO,
+    TokenizerChoice,
+    choose_tokenizer,
+    engine_tokenizer_choice,
+    unprobed_choice,
+)
 from replayer.worker_processes import Execution, run_workers
 
 PARTS_DIR = ".parts"
@@ -167,7 +173,9 @@ def _prompt_lengths(config: ReplayConfig, planned: Planned, target: TargetInfo, 
     trace = planned.trace
     synthesis = config.fit_lengths or not trace.has_content[planned.plans.record_index].all()
     model = sent_model(None, config.model, config.model_map, target.models[0] if target.models else None)
-    if synthesis:
+    if config.skip_preflight:  # nothing beyond /v1/models is asked of the target
+        choice = unprobed_choice(config.tokenizer) if synthesis else None
+    elif synthesis:
         choice = choose_tokenizer(config.tokenizer, target.base_url, model, config.api_key)
     else:  # recorded content is only measured, by the target's own tokenizer when it has one
         choice = engine_tokenizer_choice(target.base_url, model, config.api_key)

@@ -28,6 +28,14 @@ class TokenizerChoice:
         return asdict(self)
 
 
+def unprobed_choice(flag: str | None) -> TokenizerChoice:
+    """--skip-preflight: the flag's tokenizer (or the default), said to be unchecked on the target."""
+    name = DEFAULT_TOKENIZER if flag in (None, AUTO) else flag
+    return TokenizerChoice(
+        name, "unverified", False, f"prompts spelled for {name}, not checked (--skip-preflight)"
+    )
+
+
 def engine_tokenizer_choice(
     base_url: str, model: str | None, api_key: str | None = None
 ) -> TokenizerChoice | None:
