@@ -54,6 +54,9 @@ class Engine:
     probes: tuple[Probe, ...] = ()  # asked only when neither of the above named an engine
     force_length: tuple[tuple[str, str], ...] = ()  # (request field, FLAG | LIMIT | FLOOR); () cannot
     rejects_unknown_fields: bool = False  # nothing beyond its declared fields may be sent
+    # False: under a grammar (response_format, a required tool call) forcing the length past the
+    # grammar's end fails the request, so only max_tokens is sent there
+    forces_length_under_grammar: bool = True
     cache_salt: bool = False  # accepts `cache_salt` (isolates a request's prefix cache)
     cached_tokens: str | None = None  # where the answer reports cached prompt tokens
     cached_tokens_flag: str | None = None  # the server flag without which it is not reported
@@ -161,6 +164,9 @@ ENGINES: tuple[Engine, ...] = (
         version=Lookup("/props", ("build_info",)),
         context_tokens=Lookup("/props", ("default_generation_settings", "n_ctx")),  # per slot
         refusal_fixes=(("tools", "--jinja"),),
+        # json_schema with ignore_eos: HTTP 500 "Unexpected empty grammar stack after accepting piece"
+        # once the grammar completes (tests/engines/test_engine_recorded_path.py)
+        forces_length_under_grammar=False,
     ),
     Engine(
         "ollama",

@@ -398,7 +398,9 @@ def _request(
         if endpoint == "chat_completions"
         else {"prompt": text}
     )
-    return endpoint, {"model": needs.model, **prompt, **extra, **length_fields(engine.name, wanted)}
+    grammar = "response_format" in extra or extra.get("tool_choice") not in (None, "auto", "none")
+    forced = length_fields(engine.name, wanted, grammar=grammar)
+    return endpoint, {"model": needs.model, **prompt, **extra, **forced}
 
 
 def _cache_text(context_tokens: int | None) -> str:

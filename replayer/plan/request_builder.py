@@ -120,7 +120,10 @@ def build_request(
         body["stream_options"] = {"include_usage": True}
     wanted = requested_tokens(record, plan)
     if wanted is not None:
-        body.update(length_fields(options.engine, wanted, cancels=plan.cancel_after_tokens is not None))
+        grammar = "response_format" in body or body.get("tool_choice") not in (None, "auto", "none")
+        body.update(
+            length_fields(options.engine, wanted, cancels=plan.cancel_after_tokens is not None, grammar=grammar)
+        )
     for name in SAMPLING_COLUMNS:
         value = getattr(record, name)
         if value is not None:
@@ -128,10 +131,14 @@ def build_request(
     return BuiltRequest(path, _json_bytes(body), record.stream, wanted)
 
 
-def length_fields(engine: str, wanted: int, cancels: bool = False) -> dict:
-    """max_tokens and the engine row's length-forcing fields for `wanted` output tokens."""
+def length_fields(engine: str, wanted: int, cancels: bool = False, grammar: bool = False) -> dict:
+    """max_tokens and the engine row's length-forcing fields for `wanted` output tokens (only
+    max_tokens under a grammar where the row says forcing fails there)."""
     fields: dict = {"max_tokens": wanted}
-    for name, kind in BY_NAME[engine].force_length:
+    row = BY_NAME[engine]
+    if grammar and not row.forces_length_under_grammar:
+        return fields
+    for name, kind in row.force_length:
         if kind == FLOOR and cancels:
             continue  # the engine must be free to stop where the recorded client hung up
         fields[name] = True if kind == FLAG else wanted

@@ -44,3 +44,15 @@ def test_the_sim_keeps_salted_prompts_apart_and_equal_salts_together():
     assert salted.full_block_hashes == again.full_block_hashes
     assert not set(plain.full_block_hashes) & set(salted.full_block_hashes)
     assert not set(salted.full_block_hashes) & set(other.full_block_hashes)
+
+
+def test_no_length_forcing_under_a_grammar_where_the_engine_fails_with_it():
+    """llama.cpp answers 500 once a json_schema grammar completes under ignore_eos: only max_tokens."""
+    schema = json.dumps({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}})
+    rec = record(content_messages=json.dumps(MESSAGES), completion_tokens=5, content_response_format=schema)
+    _, llama = body(rec, engine="llamacpp")
+    _, vllm = body(rec, engine="vllm")
+    assert llama["max_tokens"] == 5 and "ignore_eos" not in llama and "n_predict" not in llama
+    assert vllm["ignore_eos"] is True and vllm["min_tokens"] == 5
+    _, plain = body(record(content_messages=json.dumps(MESSAGES), completion_tokens=5), engine="llamacpp")
+    assert plain["ignore_eos"] is True and plain["n_predict"] == 5
