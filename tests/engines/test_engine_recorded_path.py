@@ -59,7 +59,6 @@ TOOL_MAX_TOKENS = 128
 COMPARE_TOLERANCE = "99%"
 # llama.cpp 0c1e570 answers a json_schema request whose length is forced (ignore_eos + n_predict beyond
 # the grammar's end) with this HTTP 500.
-LLAMA_GRAMMAR_500 = "Unexpected empty grammar stack"
 
 
 def drive(base_url: str) -> None:
@@ -219,11 +218,6 @@ def test_every_replayed_request_succeeds(path14):
         if r["http_status"] != 200 or r["error_kind"] is not None
     ]
     record_figure(path14.engine, "path14_failed", [f"{kind}: HTTP {status}" for kind, status, _ in bad])
-    if path14.engine == "llama.cpp" and bad and all(LLAMA_GRAMMAR_500 in detail for _, _, detail in bad):
-        pytest.xfail(
-            f"llama.cpp cannot force the length of an answer under a grammar (json_schema, "
-            f"tool_choice required): {len(bad)} requests got {bad[0]}"
-        )
     assert len(path14.replayed) == len(path14.recorded) and not bad, bad
 
 
@@ -242,6 +236,13 @@ def test_replayed_lengths_equal_the_recording(path14):
         != (r["recorded_prompt_tokens"], r["recorded_completion_tokens"])
     ]
     record_figure(path14.engine, "path14_lengths_exact", f"{len(ok) - len(off)}/{len(ok)}")
+    if path14.engine == "llama.cpp":
+        # llama.cpp cannot force a length under a grammar (llmreplay/engines.py forces_length_under_grammar):
+        # json_schema answers end where the grammar does, never later; every other answer is exact.
+        ok_lengths = [o for o in off if o[0] != "json_schema"]
+        shorter = [o for o in off if o[0] == "json_schema" and o[4] <= o[3] and o[1] == o[2]]
+        assert not ok_lengths and len(shorter) == len(off), off
+        return
     assert len(ok) >= 3 * ROUNDS and not off, off
 
 
@@ -266,9 +267,10 @@ def test_compare_with_the_recording(path14):
     assert path14.compare.returncode in (0, 1), path14.compare.stdout[-2000:] + path14.compare.stderr[-2000:]
     verdict = json.loads(path14.compare.stdout)["verdict"]
     record_figure(path14.engine, "path14_compare", f"exit {verdict['exit_code']}: {verdict['headline']}")
-    assert verdict["headline"].endswith("replay faithful"), verdict
+    if path14.engine == "vllm":
+        assert verdict["headline"].endswith("replay faithful"), verdict
     others = [r for r in verdict["reasons"] if " regressed at " not in r]
     if path14.engine == "vllm":
         assert not others, verdict
-    else:
-        assert others and all("http_5xx" in r or "error rate" in r for r in others), verdict
+    else:  # json_schema answers end at the grammar's end on llama.cpp: the output-length check says so
+        assert all("output tokens off" in r for r in others), verdict
