@@ -42,13 +42,19 @@ class CompletionRequest:
     cache_salt: str | None = None  # vLLM's: prompts with different salts share no cached prefix
 
 
-def parse_body(raw: bytes, endpoint: str) -> CompletionRequest:
+def json_object(raw: bytes) -> dict:
+    """The request body as a JSON object, else InvalidRequest (invalid_json)."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object", code="invalid_json")
+    return body
+
+
+def parse_body(raw: bytes, endpoint: str) -> CompletionRequest:
+    body = json_object(raw)
     model = _optional(body, "model", str)
     stream = _optional(body, "stream", bool) or False
     stream_options = _optional(body, "stream_options", dict) or {}

@@ -6,16 +6,14 @@ so a client that fits prompts to this count gets the usage it fitted to. CPU-bou
 
 from __future__ import annotations
 
-import orjson
-
-from llmreplay.sim.openai_request import InvalidRequest, parse_body
+from llmreplay.sim.openai_request import InvalidRequest, json_object, parse_body
 from llmreplay.sim.prompt_shape import prompt_token_ids
 from llmreplay.tokenizers import Tokenizer
 
 
 def tokenize(tokenizer: Tokenizer, raw: bytes, message_overhead_tokens: int) -> dict:
     """vLLM's TokenizeResponse for a `prompt` or a chat `messages` body."""
-    body = _object(raw)
+    body = json_object(raw)
     if "messages" in body:
         request = parse_body(raw, "chat_completions")
         ids = prompt_token_ids(tokenizer, request, message_overhead_tokens)
@@ -30,7 +28,7 @@ def tokenize(tokenizer: Tokenizer, raw: bytes, message_overhead_tokens: int) -> 
 
 
 def detokenize(tokenizer: Tokenizer, raw: bytes) -> dict:
-    tokens = _object(raw).get("tokens")
+    tokens = json_object(raw).get("tokens")
     if not isinstance(tokens, list) or not all(
         isinstance(t, int) and not isinstance(t, bool) for t in tokens
     ):
@@ -39,13 +37,3 @@ def detokenize(tokenizer: Tokenizer, raw: bytes) -> dict:
         return {"prompt": tokenizer.decode(tokens)}
     except Exception:  # noqa: BLE001 (an id outside the vocabulary)
         raise InvalidRequest("'tokens' holds an id outside the vocabulary", param="tokens") from None
-
-
-def _object(raw: bytes) -> dict:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc}", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise InvalidRequest("request body must be a JSON object", code="invalid_json")
-    return body
