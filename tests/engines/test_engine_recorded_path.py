@@ -238,9 +238,10 @@ def test_replayed_lengths_equal_the_recording(path14):
     record_figure(path14.engine, "path14_lengths_exact", f"{len(ok) - len(off)}/{len(ok)}")
     if path14.engine == "llama.cpp":
         # llama.cpp cannot force a length under a grammar (llmreplay/engines.py forces_length_under_grammar):
-        # json_schema answers end where the grammar does, never later; every other answer is exact.
-        ok_lengths = [o for o in off if o[0] != "json_schema"]
-        shorter = [o for o in off if o[0] == "json_schema" and o[4] <= o[3] and o[1] == o[2]]
+        # json_schema and tool_choice-required answers end where the grammar does, never later; the rest exact.
+        grammar = ("json_schema", "tools")
+        ok_lengths = [o for o in off if o[0] not in grammar]
+        shorter = [o for o in off if o[0] in grammar and o[4] <= o[3] and o[1] == o[2]]
         assert not ok_lengths and len(shorter) == len(off), off
         return
     assert len(ok) >= 3 * ROUNDS and not off, off
