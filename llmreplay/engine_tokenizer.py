@@ -94,6 +94,7 @@ class EngineTokenizer:
     ):
         self._http = JsonHttp(base_url, api_key, timeout_s)
         self.base_url, self.model, self.dialect = base_url, model, DIALECTS[dialect]
+        self.probe_ids = self.encode(_PROBE)  # also what tells that the dialect is spoken here
         self.id = f"engine:{dialect}:{model}#{self._fingerprint()}"
 
     # -- the Tokenizer protocol ---------------------------------------------------------------
@@ -175,9 +176,8 @@ class EngineTokenizer:
     # -- HTTP ----------------------------------------------------------------------------------
 
     def _fingerprint(self) -> str:
-        ids = self.encode(_PROBE)
         return hashlib.blake2b(
-            json.dumps([self.dialect.name, self.model, ids]).encode(), digest_size=6
+            json.dumps([self.dialect.name, self.model, self.probe_ids]).encode(), digest_size=6
         ).hexdigest()
 
     def _post(self, path: str, body: dict) -> dict:
@@ -270,15 +270,15 @@ def from_spec(spec: str, api_key: str | None = None) -> EngineTokenizer:
     return EngineTokenizer(base_url, model, dialect, api_key)
 
 
-def detect_dialect(base_url: str, model: str, api_key: str | None = None) -> str | None:
-    """The dialect whose /tokenize answers on this engine, or None (no tokenize endpoint)."""
+def detect(base_url: str, model: str, api_key: str | None = None) -> EngineTokenizer | None:
+    """The engine's tokenizer in the first dialect whose /tokenize answers, or None (it has none)."""
     for name in DIALECTS:
         try:
             tokenizer = EngineTokenizer(base_url, model, name, api_key, DETECT_TIMEOUT_S)
-            if tokenizer.encode(_PROBE):
-                return name
         except (BadInput, KeyError, TypeError):
             continue
+        if tokenizer.probe_ids:
+            return tokenizer
     return None
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from llmreplay.engine_tokenizer import CalibratedTokenizer, EngineTokenizer, calibrate, detect_dialect
+from llmreplay.engine_tokenizer import CalibratedTokenizer, calibrate, detect
 from llmreplay.errors import BadInput
 from llmreplay.tokenizers import DEFAULT_TOKENIZER, load_tokenizer
 
@@ -40,11 +40,10 @@ def engine_tokenizer_choice(
     base_url: str, model: str | None, api_key: str | None = None
 ) -> TokenizerChoice | None:
     """The target's own tokenizer when it has /tokenize, else None (nothing is probed beyond that)."""
-    dialect = detect_dialect(base_url, model, api_key) if model else None
-    if dialect is None:
+    engine = detect(base_url, model, api_key) if model else None
+    if engine is None:
         return None
-    engine = EngineTokenizer(base_url, model, dialect, api_key)
-    return TokenizerChoice(engine.spec, "engine", True, f"the target's own /tokenize ({dialect})")
+    return TokenizerChoice(engine.spec, "engine", True, f"the target's own /tokenize ({engine.dialect.name})")
 
 
 def choose_tokenizer(

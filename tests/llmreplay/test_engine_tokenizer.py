@@ -16,7 +16,7 @@ from llmreplay.engine_tokenizer import (
     JsonHttp,
     calibrate,
     calibrated_from_spec,
-    detect_dialect,
+    detect,
     from_spec,
 )
 from llmreplay.errors import BadInput
@@ -42,8 +42,8 @@ def _usage(url: str, messages: list[dict]) -> int:
 
 
 def test_the_sims_tokenize_counts_as_its_usage(sim_url):
-    assert detect_dialect(sim_url, "sim-model") == "vllm"
-    engine = EngineTokenizer(sim_url, "sim-model", "vllm")
+    engine = detect(sim_url, "sim-model")
+    assert engine.dialect.name == "vllm"
     assert from_spec(engine.spec).id == engine.id
     text = ExactText(engine).text
     for n in (1, 40, 700):
