@@ -53,16 +53,18 @@ def content_summary(errors: list[float]) -> dict | None:
     """Recorded content as the target counts it: exact share and relative error p50/p90 (signed)."""
     if not errors:
         return None
-    ordered = sorted(errors)
-    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    import numpy as np
+
+    from llmreplay.metrics import percentiles
+
+    values = np.asarray(errors, dtype=float)
+    points = percentiles(values, (50, 90))
     return {
-        "requests": len(ordered),
-        "exact_share": sum(1 for e in ordered if e == 0) / len(ordered),
-        "relative_error_p50": pick(0.5),
-        "relative_error_p90": pick(0.9),
-        "hint": None
-        if pick(0.9) == 0 and pick(0.1) == 0
-        else "--fit-lengths respells it to the target's counts",
+        "requests": len(values),
+        "exact_share": float((values == 0).mean()),
+        "relative_error_p50": points["p50"],
+        "relative_error_p90": points["p90"],
+        "hint": None if not values.any() else "--fit-lengths respells it to the target's counts",
     }
 
 
