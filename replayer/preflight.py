@@ -28,7 +28,7 @@ from llmreplay.openai_wire.error_object import error_text
 from llmreplay.openai_wire.response import ResponseShape, summarize_json, summarize_stream
 from llmreplay.redaction import scrub_secrets, secret_values
 from replayer.config import ReplayConfig
-from replayer.plan.request_builder import length_fields, sent_model, tool_choice_field
+from replayer.plan.request_builder import length_fields, sent_model, tool_choice_field, under_grammar
 from replayer.target import TargetInfo, lookup
 
 REQUEST_ID_PREFIX = "llmreplay-preflight-"  # X-Request-Id of every preflight request: logs can drop them
@@ -398,8 +398,7 @@ def _request(
         if endpoint == "chat_completions"
         else {"prompt": text}
     )
-    grammar = "response_format" in extra or extra.get("tool_choice") not in (None, "auto", "none")
-    forced = length_fields(engine.name, wanted, grammar=grammar)
+    forced = length_fields(engine.name, wanted, grammar=under_grammar(extra))
     return endpoint, {"model": needs.model, **prompt, **extra, **forced}
 
 

@@ -120,15 +120,18 @@ def build_request(
         body["stream_options"] = {"include_usage": True}
     wanted = requested_tokens(record, plan)
     if wanted is not None:
-        grammar = "response_format" in body or body.get("tool_choice") not in (None, "auto", "none")
-        body.update(
-            length_fields(options.engine, wanted, cancels=plan.cancel_after_tokens is not None, grammar=grammar)
-        )
+        cancels = plan.cancel_after_tokens is not None
+        body.update(length_fields(options.engine, wanted, cancels=cancels, grammar=under_grammar(body)))
     for name in SAMPLING_COLUMNS:
         value = getattr(record, name)
         if value is not None:
             body[name] = value
     return BuiltRequest(path, _json_bytes(body), record.stream, wanted)
+
+
+def under_grammar(body: dict) -> bool:
+    """The answer is constrained by a grammar: a response_format, or a tool call that must be made."""
+    return "response_format" in body or body.get("tool_choice") not in (None, "auto", "none")
 
 
 def length_fields(engine: str, wanted: int, cancels: bool = False, grammar: bool = False) -> dict:
