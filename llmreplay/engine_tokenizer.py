@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
+from llmreplay.bounded_read import read_whole
 from llmreplay.errors import BadInput
 
 TIMEOUT_S = 30.0  # a whole request and its answer, however slowly the server trickles it
@@ -219,7 +220,9 @@ class JsonHttp:
             try:
                 conn.request("POST", self._root + path, data, self._headers)
                 answer = conn.getresponse()
-                payload = _read_by(conn, answer, deadline, url)
+                payload = read_whole(answer, deadline, conn.sock, MAX_ANSWER_BYTES)
+            except ValueError as exc:
+                raise BadInput(f"{url}: {exc}") from None
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
                 self._local.conn = None
@@ -233,24 +236,6 @@ class JsonHttp:
             except ValueError:
                 raise BadInput(f"{url}: the answer is not JSON ({payload[:80]!r})") from None
         raise AssertionError("unreachable")
-
-
-def _read_by(conn, answer: http.client.HTTPResponse, deadline: float, url: str) -> bytes:
-    """The whole body before `deadline` (a server that trickles bytes cannot hold the replay)."""
-    parts, size = [], 0
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("no whole answer in time")
-        if conn.sock is not None:
-            conn.sock.settimeout(left)
-        part = answer.read1(65536)
-        if not part:
-            return b"".join(parts)
-        size += len(part)
-        if size > MAX_ANSWER_BYTES:
-            raise BadInput(f"{url}: an answer larger than {MAX_ANSWER_BYTES >> 20} MB")
-        parts.append(part)
 
 
 def parse_engine_spec(spec: str) -> tuple[str, str, str]:

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llmreplay import __version__
+from llmreplay.bounded_read import read_whole
 from llmreplay.engines import BY_NAME, Engine
 from llmreplay.errors import BadInput
 from llmreplay.openai_wire.endpoints import REPLAY_PATHS
@@ -336,7 +337,7 @@ class _Prober:
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                status, raw = response.status, _read_until(response, time.monotonic() + self.timeout_s)
+                status, raw = response.status, read_whole(response, time.monotonic() + self.timeout_s)
         except urllib.error.HTTPError as exc:
             status, raw = exc.code, _body_of(exc)
         except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
@@ -369,16 +370,6 @@ class _Prober:
     def _line(self, text: str) -> str:
         text = scrub_secrets(" ".join(text.split()), self.secrets)
         return text if len(text) <= 160 else text[:157] + "..."
-
-
-def _read_until(response: http.client.HTTPResponse, deadline: float) -> bytes:
-    """The whole body, or TimeoutError once `deadline` passes: a server that trickles bytes gets no longer."""
-    chunks = []
-    while chunk := response.read1(65536):
-        chunks.append(chunk)
-        if time.monotonic() > deadline:
-            raise TimeoutError("no whole answer in time")
-    return b"".join(chunks)
 
 
 def _body_of(exc: urllib.error.HTTPError) -> bytes:
