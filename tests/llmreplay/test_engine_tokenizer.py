@@ -115,3 +115,32 @@ def test_a_trickling_answer_is_cut_at_the_deadline(trickling_url):
 def test_credentials_in_the_url_are_refused():
     with pytest.raises(BadInput, match="credentials"):
         JsonHttp("http://user:secret@127.0.0.1:9/")
+
+
+def test_an_answer_echoing_the_api_key_never_shows_it(tmp_path):
+    """A 401 that repeats the Authorization header: the one-line error names the status, not the key."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Echo(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = json.dumps({"error": f"bad credentials: {self.headers.get('Authorization')}"}).encode()
+            self.send_response(401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    key = "sk-live-0123456789abcdefXYZ"
+    try:
+        with pytest.raises(BadInput) as caught:
+            JsonHttp(f"http://127.0.0.1:{server.server_address[1]}", key).post("/tokenize", {"prompt": "x"})
+    finally:
+        server.shutdown()
+        server.server_close()
+    message = str(caught.value)
+    assert "HTTP 401" in message and key not in message and "\n" not in message
