@@ -117,30 +117,48 @@ def test_credentials_in_the_url_are_refused():
         JsonHttp("http://user:secret@127.0.0.1:9/")
 
 
-def test_an_answer_echoing_the_api_key_never_shows_it(tmp_path):
-    """A 401 that repeats the Authorization header: the one-line error names the status, not the key."""
+@pytest.fixture
+def answering():
+    """answering(status, make_body) -> the URL of a server answering every POST so (body from the headers)."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    class Echo(BaseHTTPRequestHandler):
-        def do_POST(self):
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            body = json.dumps({"error": f"bad credentials: {self.headers.get('Authorization')}"}).encode()
-            self.send_response(401)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    servers = []
 
-        def log_message(self, *args):
-            pass
+    def start(status: int, make_body) -> str:
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                body = json.dumps(make_body(self.headers)).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    key = "sk-live-0123456789abcdefXYZ"
-    try:
-        with pytest.raises(BadInput) as caught:
-            JsonHttp(f"http://127.0.0.1:{server.server_address[1]}", key).post("/tokenize", {"prompt": "x"})
-    finally:
+            def log_message(self, *args):
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
         server.shutdown()
         server.server_close()
+
+
+def test_an_answer_echoing_the_api_key_never_shows_it(answering):
+    """A 401 that repeats the Authorization header: the one-line error names the status, not the key."""
+    url = answering(401, lambda headers: {"error": f"bad credentials: {headers.get('Authorization')}"})
+    key = "sk-live-0123456789abcdefXYZ"
+    with pytest.raises(BadInput) as caught:
+        JsonHttp(url, key).post("/tokenize", {"prompt": "x"})
     message = str(caught.value)
     assert "HTTP 401" in message and key not in message and "\n" not in message
+
+
+def test_a_calibration_probe_without_usage_is_one_line(answering):
+    url = answering(200, lambda headers: {"choices": []})
+    with pytest.raises(BadInput, match=r"a probe's answer has no usage.prompt_tokens$"):
+        calibrate(url, "m", load_tokenizer())
