@@ -20,7 +20,7 @@ from llmreplay.openai_wire.endpoints import ENDPOINT_NAMES
 # minor version added reads as nulls, a column the reader does not know is ignored, and a vocabulary
 # value it does not know is kept as it is when the file's minor is newer than the reader's (in a file
 # of the reader's own or an older minor, the writer was wrong: refused). Another major: refused.
-FORMAT_VERSION = "1.2"
+FORMAT_VERSION = "1.3"
 READABLE_MAJOR_VERSIONS = (1,)
 METADATA_KEY = b"llmreplay"
 DEFAULT_BLOCK_SIZE = 512
@@ -29,6 +29,10 @@ ENDPOINTS = ENDPOINT_NAMES  # the endpoint table's rows: adding an endpoint adds
 TOKEN_SOURCES = ("server_usage", "tokenizer", "imported")
 STRUCTURED_OUTPUT_KINDS = ("none", "json_object", "json_schema")
 TOOL_CHOICES = ("auto", "none", "required", "function")  # "function": a named function was forced
+SERVER_STATES = ("previous_response_id", "conversation")  # a Responses request continuing stored state
+# Vocabulary values added by a minor version (absent: since 1.0). A file older than a value's version
+# holding it was written wrong: refused, naming the version the value needs.
+VALUES_SINCE = {"endpoint": {"messages": "1.3"}}
 
 # Type descriptors: the Arrow type of each column, spelled as docs/trace-format.md spells it.
 STRING, BOOL, INT16, INT32, INT64, FLOAT32 = "string", "bool", "int16", "int32", "int64", "float32"
@@ -120,13 +124,19 @@ class TraceRecord:
     ttfo_ns: int | None = column(INT64, None, since="1.2", bounds=DURATION_NS)
     reasoning_tokens: int | None = column(INT32, None, since="1.2", bounds=COUNT)
     reasoning_ns: int | None = column(INT64, None, since="1.2", bounds=DURATION_NS)
-    # content traces only: JSON text exactly as the client sent / the engine answered
-    content_messages: str | None = column(STRING, None, content=True)  # chat messages array
+    # prompt tokens written to the engine's prompt cache (Anthropic cache_creation_input_tokens)
+    cache_write_tokens: int | None = column(INT32, None, since="1.3", bounds=COUNT)
+    # a Responses request continuing state the server stored: what it names (the ids are not kept)
+    server_state: str | None = column(STRING, None, since="1.3", values=SERVER_STATES)
+    # content traces only: JSON text exactly as the client sent / the engine answered, in each API's own shape
+    content_messages: str | None = column(STRING, None, content=True)  # messages array / Responses `input`
     content_prompt: str | None = column(STRING, None, content=True)  # completions `prompt` field
     content_tools: str | None = column(STRING, None, content=True)  # tool definitions array
     content_response_format: str | None = column(STRING, None, content=True)
     content_response: str | None = column(STRING, None, content=True)  # generated text of choice 0
-    content_tool_calls: str | None = column(STRING, None, content=True)  # returned tool calls array
+    content_tool_calls: str | None = column(STRING, None, content=True)  # returned calls, chat-shaped
+    # Responses `instructions` / Anthropic `system`
+    content_system: str | None = column(STRING, None, since="1.3", content=True)
 
     def to_row(self) -> dict[str, Any]:
         """A dict keyed by column name (tuples as lists), ready for `pa.Table.from_pylist`."""
@@ -189,7 +199,8 @@ LATENCY_COLUMNS = ("ttft_ns", "ttfo_ns", "ttfb_ns", "e2e_ns")  # single interval
 # What a request body alone determines (the recorder's RequestShape), and the content it carries.
 REQUEST_COLUMNS = (
     "model", "stream", "max_tokens", *SAMPLING_COLUMNS, "stop_present", "tools_count", "tool_choice",
-    "structured_output", "content_messages", "content_prompt", "content_tools", "content_response_format",
+    "structured_output", "server_state", "content_messages", "content_prompt", "content_tools",
+    "content_response_format", "content_system",
 )  # fmt: skip
 # What a replay measures anew, with the trace's meaning (llmreplay.run_format) ...
 MEASURED_COLUMNS = (
@@ -205,7 +216,7 @@ RUN_COPIED_COLUMNS = (
 PLANNING_COLUMNS = (
     "request_id", "arrival_time", "endpoint", "model", *SESSION_COLUMNS, "stream", "error_kind",
     "prompt_tokens", "completion_tokens", "max_tokens", "e2e_ns", "tools_count", "tool_choice",
-    "structured_output", "n",
+    "structured_output", "n", "server_state",
 )  # fmt: skip
 # ... of which a schedule is planned from these (replayer.plan.schedule).
 SCHEDULE_COLUMNS = (
@@ -241,6 +252,22 @@ def refusal(version: str) -> str | None:
         return None
     readable = ", ".join(f"{v}.x" for v in READABLE_MAJOR_VERSIONS)
     return f"trace format version {version} is not supported (this llmreplay reads {readable}); upgrade llmreplay"
+
+
+def value_refusal(name: str, value: str, version: str) -> str | None:
+    """Why a file of `version` may not hold `value` in column `name` (one line), or None."""
+    since = VALUES_SINCE.get(name, {}).get(value)
+    if since is None or version_tuple(since) <= version_tuple(version):
+        return None
+    return f"value {value!r} needs trace format {since} (the file says {version})"
+
+
+def unknown_value_note(name: str, value: str, version: str) -> str:
+    """What a stage that must act on a value this format does not know (a newer minor's) says."""
+    return (
+        f"{name} {value!r} is not in trace format {FORMAT_VERSION} (the file is format {version}): "
+        f"upgrade llmreplay to one that reads {version}"
+    )
 
 
 def knows_every_value(version: str) -> bool:

@@ -27,10 +27,12 @@ from llmreplay.trace_format import (
     METADATA_KEY,
     NON_NEGATIVE_COLUMNS,
     UPPER_BOUNDS,
+    VALUES_SINCE,
     TraceMeta,
     TraceRecord,
     knows_every_value,
     refusal,
+    value_refusal,
     version_tuple,
 )
 from llmreplay.trace_meta_json import parse_meta
@@ -102,8 +104,8 @@ def _check_schema(path: Path, schema: pa.Schema) -> None:
             raise BadInput(f"{path}: column '{name}' is missing")
         _check_type(path, name, schema.field(name).type, expected.type)
     present = [name for name in CONTENT_COLUMN_NAMES if name in names]
-    if present and len(present) != len(CONTENT_COLUMN_NAMES):
-        missing = sorted(set(CONTENT_COLUMN_NAMES) - set(present))
+    if present and not _has_content(schema):
+        missing = sorted(set(CONTENT_COLUMN_NAMES) - set(present) - set(ADDED_COLUMNS))
         raise BadInput(f"{path}: content column '{missing[0]}' is missing (content columns come as a group)")
     for name in present:
         _check_type(path, name, schema.field(name).type, trace_schema(True).field(name).type)
@@ -144,7 +146,7 @@ def _conform(path: Path, table: pa.Table, with_content: bool) -> pa.Table:
     # Nullable on read, so that a null in a required column is reported by row, not by cast.
     schema = pa.schema([f.with_nullable(True) for f in trace_schema(with_content)])
     for name in ADDED_COLUMNS:
-        if name not in table.column_names:
+        if name in schema.names and name not in table.column_names:
             table = table.append_column(schema.field(name), pa.nulls(table.num_rows, schema.field(name).type))
     table = table.select(schema.names)
     if table.schema.remove_metadata() == schema:
@@ -187,6 +189,7 @@ def _validate_rows(
             )
     if knows_every_value(meta.format_version):  # a newer minor may add values: kept as they are
         _check_vocabularies(path, table, row_offset)
+    _check_values_since(path, table, row_offset, meta.format_version)
     arrivals = table.column("arrival_time")
     if len(arrivals) > 1:
         backwards = pc.less(arrivals.slice(1), arrivals.slice(0, len(arrivals) - 1))
@@ -208,6 +211,19 @@ def _check_vocabularies(path: Path, table: pa.Table, row_offset: int) -> None:
             raise BadInput(
                 f"{path}: column '{name}' row {row_offset + row}: unknown value {value!r} (one of {', '.join(allowed)})"
             )
+
+
+def _check_values_since(path: Path, table: pa.Table, row_offset: int, version: str) -> None:
+    for name, added in VALUES_SINCE.items():
+        column = table.column(name)
+        newer = [value for value in added if value_refusal(name, value, version)]
+        if not newer:
+            continue
+        found = pc.fill_null(pc.is_in(column, value_set=pa.array(newer, pa.string())), False)
+        if pc.any(found).as_py():
+            row = _first_index(found)
+            why = value_refusal(name, column[row].as_py(), version)
+            raise BadInput(f"{path}: column '{name}' row {row_offset + row}: {why}")
 
 
 def _check_list_bound(path: Path, name: str, column, bound: int, row_offset: int) -> None:
@@ -386,7 +402,8 @@ def _read_batches(path: Path, handle: pq.ParquetFile, batch_size: int) -> Iterat
 
 
 def _has_content(schema: pa.Schema) -> bool:
-    return all(name in schema.names for name in CONTENT_COLUMN_NAMES)
+    """Content columns come as a group; one a later minor added reads as nulls when absent."""
+    return all(name in schema.names for name in CONTENT_COLUMN_NAMES if name not in ADDED_COLUMNS)
 
 
 def _merge_meta(current: TraceMeta | None, new: TraceMeta, file: Path) -> TraceMeta:

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -35,6 +36,11 @@ GOLDEN = sorted((SAMPLES / "golden").glob("trace-v*.parquet"))
 #   v1.1: v1.0's rows, with row 3's max_tokens (2**31) and retry_after_ms (10**20) nulled by bounded_row
 #   v1.2: v1.1's rows; each streamed answer gets ttfo_ns = chunk_offsets_ns[r], reasoning_tokens = r and
 #         reasoning_ns = ttfo_ns - ttft_ns, with r = 8 for session 000 (it reasons) and 0 for the others
+#   v1.3: v1.2's rows; session 003 becomes endpoint `messages` (its system message's content moved to
+#         content_system, cache_write_tokens = that message's tokens on turn 0 and 0 after, cached_tokens the
+#         reverse); session 001 becomes `responses` (instructions in content_system, `input` message items,
+#         text.format-style content_response_format) and its turn 1 is chained: server_state
+#         previous_response_id, its input and `messages` only the new user turn (after the instructions)
 _V1_ROWS = {
     "rows": 21,
     "first_request_id": "chatcmpl-sample-000-00",
@@ -53,6 +59,12 @@ GOLDEN_EXPECTED = {  # columns added after a file's version read as nulls, besid
         **_V1_ROWS,
         "all_null_columns": {"cached_tokens", "content_prompt"},
         "invalid_fields": {"chatcmpl-sample-002-00": ["retry_after_ms", "max_tokens"]},
+    },
+    "trace-v1.3.parquet": {
+        **_V1_ROWS,
+        "all_null_columns": {"content_prompt"},
+        "invalid_fields": {"chatcmpl-sample-002-00": ["retry_after_ms", "max_tokens"]},
+        "endpoints": {"chat_completions": 16, "responses": 2, "messages": 3},
     },
 }
 
@@ -91,6 +103,8 @@ def test_golden_file_reads_back_exactly(path):
     assert all_null == expected["all_null_columns"] | added_later  # every other column is exercised
     flagged = {r["request_id"]: r["invalid_fields"] for r in table.to_pylist() if r["invalid_fields"]}
     assert flagged == expected.get("invalid_fields", {})
+    if "endpoints" in expected:
+        assert dict(Counter(table.column("endpoint").to_pylist())) == expected["endpoints"]
     rebuilt = records_to_table(trace.records(), with_content=True)
     assert rebuilt.to_pylist() == table.to_pylist()  # typed records lose nothing
 
@@ -136,6 +150,24 @@ def test_an_unknown_value_in_a_file_of_a_known_version_is_refused(path, tmp_path
         read_trace(rewrite_golden(path, version, tmp_path)).table.num_rows
         == GOLDEN_EXPECTED[path.name]["rows"]
     )
+
+
+@pytest.mark.parametrize("path", GOLDEN[:-1], ids=[p.name for p in GOLDEN[:-1]])
+def test_an_endpoint_of_a_later_minor_in_an_older_file_names_the_version_it_needs(path, tmp_path):
+    version = re.fullmatch(r"trace-v(.+)\.parquet", path.name).group(1)
+    old = rewrite_golden(path, version, tmp_path, endpoint="messages")
+    with pytest.raises(BadInput) as refused:
+        read_trace(old)
+    assert str(refused.value) == (
+        f"{old}: column 'endpoint' row 0: value 'messages' needs trace format 1.3 (the file says {version})"
+    )
+
+
+def test_a_content_file_of_an_older_minor_reads_its_later_content_column_as_nulls():
+    trace = read_trace(GOLDEN[-2])
+    assert trace.has_content and trace.table.column("content_system").null_count == trace.table.num_rows
+    _, batches = iter_trace_batches(GOLDEN[-2])
+    assert all(b.column("content_system").null_count == b.num_rows for b in batches)
 
 
 def test_a_newer_major_is_refused_in_one_line(tmp_path):

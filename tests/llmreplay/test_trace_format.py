@@ -18,9 +18,12 @@ from llmreplay.trace_format import (
     CONTENT_COLUMN_NAMES,
     ENUM_COLUMNS,
     FORMAT_VERSION,
+    VALUES_SINCE,
     TraceRecord,
     knows_every_value,
     refusal,
+    unknown_value_note,
+    value_refusal,
     version_tuple,
 )
 
@@ -102,3 +105,16 @@ def test_the_format_module_imports_nothing_heavy():
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     inner = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "llmreplay"}
     assert imported - inner <= LIGHT_IMPORTS
+
+
+def test_a_value_a_later_minor_added_names_the_version_it_needs():
+    assert value_refusal("endpoint", "messages", "1.2") == (
+        "value 'messages' needs trace format 1.3 (the file says 1.2)"
+    )
+    assert value_refusal("endpoint", "messages", "1.3") is None
+    assert value_refusal("endpoint", "chat_completions", "1.0") is None
+    assert all(v in ENUM_COLUMNS[name] for name, added in VALUES_SINCE.items() for v in added)
+    assert unknown_value_note("endpoint", "audio_speech", "1.9") == (
+        f"endpoint 'audio_speech' is not in trace format {FORMAT_VERSION} (the file is format 1.9): "
+        "upgrade llmreplay to one that reads 1.9"
+    )
