@@ -1,0 +1,107 @@
+"""A schedule's sessions split across N replay hosts: whole sessions per host (turns, think times and
+affinity stay together), packed greedily so each host's busiest second is as low as it can be made.
+
+Deterministic from the schedule, N and the seed: every host computes the same split on its own.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from replayer.plan.schedule import Schedule
+from replayer.plan.sessions import session_codes
+
+NS_PER_S = 1_000_000_000
+# One host's measured ceiling (docs/benchmarks.md: 150 req/s of long streams per core, lag p99 2.6 ms).
+HOST_REQUESTS_PER_S_PER_CORE = 150
+
+
+@dataclass(frozen=True, slots=True)
+class ShardPlan:
+    """Which host sends each planned request, and what each host's load will look like."""
+
+    shards: int
+    shard_of: np.ndarray  # by schedule position
+    sessions: tuple[int, ...]  # per shard
+    requests: tuple[int, ...]
+    peak_per_s: tuple[int, ...]  # the busiest one-second bucket of each shard's due times
+
+    def positions(self, shard: int) -> np.ndarray:
+        """Schedule positions of one shard's plans, in schedule order."""
+        return np.flatnonzero(self.shard_of == shard)
+
+    def as_dict(self, cores_per_host: int | None = None) -> dict:
+        """The plan as plan.json and run.json carry it; with `cores_per_host`, each shard's expected
+        peak against one host's measured ceiling."""
+        out = {
+            "shards": self.shards,
+            "sessions": list(self.sessions),
+            "requests": list(self.requests),
+            "peak_requests_per_s": list(self.peak_per_s),
+        }
+        if cores_per_host:
+            ceiling = HOST_REQUESTS_PER_S_PER_CORE * cores_per_host
+            out["host_ceiling_requests_per_s"] = ceiling
+            out["peak_share_of_ceiling"] = [round(p / ceiling, 3) for p in self.peak_per_s]
+        return out
+
+
+def plan_shards(schedule: Schedule, session_ids, shards: int, seed: int) -> ShardPlan:
+    """Split `schedule` (session_ids: the trace's session_id column) into `shards` host shards.
+
+    A session (one --scale copy of it) is never split. Sessions are placed largest first onto the
+    shard whose busiest second grows least (ties: the lighter shard, then the lower index)."""
+    n = len(schedule)
+    codes = session_codes(session_ids)[schedule.record_index]
+    group_key = np.stack([codes, schedule.copy_index.astype(np.int64)], axis=1)
+    _, group = np.unique(group_key, axis=0, return_inverse=True) if n else (None, np.empty(0, np.int64))
+    group = np.asarray(group, np.int64).reshape(-1)
+    groups = int(group.max()) + 1 if n else 0
+    second = (schedule.scheduled_offset_ns // NS_PER_S).astype(np.int64) if n else np.empty(0, np.int64)
+    seconds = int(second.max()) + 1 if n else 1
+    order_by_group = np.argsort(group, kind="stable")
+    bounds = np.searchsorted(group[order_by_group], np.arange(groups + 1))
+    size = np.diff(bounds)
+    tiebreak = np.array([_mix(seed, g, shards) for g in range(groups)], np.uint32)
+    placing = np.lexsort((tiebreak, -size))
+    load = np.zeros((shards, seconds), np.int64)
+    total = np.zeros(shards, np.int64)
+    owner = np.empty(groups, np.int64)
+    for g in placing.tolist():
+        members = order_by_group[bounds[g] : bounds[g + 1]]
+        secs, counts = np.unique(second[members], return_counts=True)
+        peaks = (load[:, secs] + counts).max(axis=1)
+        best = int(np.lexsort((np.arange(shards), total, peaks))[0])
+        load[best, secs] += counts
+        total[best] += counts.sum()
+        owner[g] = best
+    shard_of = owner[group] if n else np.empty(0, np.int64)
+    sessions = np.bincount(owner, minlength=shards) if groups else np.zeros(shards, np.int64)
+    return ShardPlan(
+        shards=shards,
+        shard_of=shard_of,
+        sessions=tuple(int(s) for s in sessions),
+        requests=tuple(int(t) for t in total),
+        peak_per_s=tuple(int(p) for p in load.max(axis=1)),
+    )
+
+
+def parse_shard(text: str, flag: str = "--shard") -> tuple[int, int]:
+    """`K/N` (0 <= K < N) -> (K, N)."""
+    from llmreplay.errors import BadInput
+
+    index, sep, count = text.partition("/")
+    try:
+        k, n = int(index), int(count)
+    except ValueError:
+        k, n = -1, 0
+    if not sep or n < 1 or not 0 <= k < n:
+        raise BadInput(f"{flag} {text!r}: expected K/N with 0 <= K < N, e.g. 0/4 (the first of four hosts)")
+    return k, n
+
+
+def _mix(seed: int, group: int, shards: int) -> int:
+    return zlib.crc32(f"{seed}:{shards}:{group}".encode())
