@@ -20,6 +20,7 @@ ERROR_KINDS = (
     "invalid_response",  # a body that is not the OpenAI wire format
     "shed_by_client",  # not sent: the replayer's --max-inflight cap was reached
     "shutdown",  # in flight when the recorder or replayer was stopped
+    "chain_broken",  # not sent: a chained Responses turn whose previous turn failed or gave no response id
 )
 
 
@@ -32,4 +33,3 @@ def error_kind_for_status(status: int) -> str | None:
     if status >= 500:
         return "http_5xx"
     return None
-

@@ -28,6 +28,21 @@ RESPONSES_DELTA_CHANNELS = {
     "response.reasoning_summary_text.delta": REASONING,
 }
 RESPONSES_END_EVENTS = ("response.completed", "response.incomplete", "response.failed")
+# An output item whose announcement already carries generated text: a function call's name.
+RESPONSES_ITEM_CHANNELS = {"function_call": ("name", ANSWER)}
+# The Anthropic Messages API: a content_block_delta's `delta.type` -> (its text key, channel), and a
+# content_block_start's `content_block.type` -> the same (a tool_use block opens with the tool's name).
+MESSAGES_DELTA_CHANNELS = {
+    "text_delta": ("text", ANSWER),
+    "input_json_delta": ("partial_json", ANSWER),
+    "thinking_delta": ("thinking", REASONING),
+}
+MESSAGES_BLOCK_CHANNELS = {
+    "text": ("text", ANSWER),
+    "tool_use": ("name", ANSWER),
+    "server_tool_use": ("name", ANSWER),
+    "thinking": ("thinking", REASONING),
+}
 
 
 def text_keys(channel: str) -> tuple[str, ...]:

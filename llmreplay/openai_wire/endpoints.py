@@ -14,19 +14,23 @@ class Endpoint:
     path: str  # on an OpenAI-compatible server
     replayable: bool  # the replayer can build its request from a trace row
     generates: bool  # the answer carries generated tokens (an embedding does not)
+    dialect: str  # its row in llmreplay.openai_wire.dialects.DIALECTS: request, stream and usage grammar
 
 
 # Longest suffix first: a recorded path is named by the first row whose path ends it.
 ENDPOINTS = (
-    Endpoint("chat_completions", "/v1/chat/completions", replayable=True, generates=True),
-    Endpoint("completions", "/v1/completions", replayable=True, generates=True),
-    Endpoint("embeddings", "/v1/embeddings", replayable=True, generates=False),
-    Endpoint("responses", "/v1/responses", replayable=False, generates=True),
+    Endpoint("chat_completions", "/v1/chat/completions", replayable=True, generates=True, dialect="chat"),
+    Endpoint("completions", "/v1/completions", replayable=True, generates=True, dialect="completions"),
+    Endpoint("embeddings", "/v1/embeddings", replayable=True, generates=False, dialect="embeddings"),
+    Endpoint("responses", "/v1/responses", replayable=True, generates=True, dialect="responses"),
+    Endpoint("messages", "/v1/messages", replayable=True, generates=True, dialect="messages"),  # Anthropic
 )
 ENDPOINT_NAMES = tuple(endpoint.name for endpoint in ENDPOINTS)
 DEFAULT_ENDPOINT = "chat_completions"  # a path matching no row: gateways put chat behind odd paths
+DIALECT_OF = {endpoint.name: endpoint.dialect for endpoint in ENDPOINTS}
 REPLAY_PATHS = {endpoint.name: endpoint.path for endpoint in ENDPOINTS if endpoint.replayable}
 _BY_SUFFIX = tuple((endpoint.path.removeprefix("/v1"), endpoint.name) for endpoint in ENDPOINTS)
+_DIALECT_BY_PATH = {endpoint.path: endpoint.dialect for endpoint in ENDPOINTS}
 
 
 def endpoint_for_path(path: str) -> str:
@@ -36,3 +40,8 @@ def endpoint_for_path(path: str) -> str:
         if path.endswith(suffix):
             return name
     return DEFAULT_ENDPOINT
+
+
+def dialect_for_path(path: str) -> str:
+    """The dialect of the answer to a request sent to `path` (the replayer's paths are the table's)."""
+    return _DIALECT_BY_PATH.get(path) or DIALECT_OF[endpoint_for_path(path)]

@@ -3,7 +3,14 @@ the anonymizer, the sim and the sample generator); the rule is `message_text`'s.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
+
+
+class PromptMessage(NamedTuple):
+    """One prompt message as every dialect reduces it: its role and the text its tokens are counted over."""
+
+    role: str
+    text: str
 
 
 def content_text(content: Any) -> str:

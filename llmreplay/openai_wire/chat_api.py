@@ -1,0 +1,90 @@
+"""Chat and text completions (/v1/chat/completions, /v1/completions) as dialect rows: the request
+fields and answer body every dialect also reads. Pure, light imports."""
+
+from __future__ import annotations
+
+from llmreplay.openai_wire.answer import Answer
+from llmreplay.openai_wire.channels import REASONING, TEXT_CHANNELS
+from llmreplay.openai_wire.channels import event_channel as chunk_channel
+from llmreplay.openai_wire.message_text import PromptMessage, content_text, message_text
+from llmreplay.openai_wire.usage import parse_usage
+
+_REASONING_KEYS = tuple(key for key, channel in TEXT_CHANNELS.items() if channel == REASONING)
+TOOL_CHOICE_MODES = ("auto", "none", "required")
+
+
+def request_messages(body: dict) -> tuple[PromptMessage, ...]:
+    messages = body.get("messages")
+    return tuple(PromptMessage(*message_text(m)) for m in (messages if isinstance(messages, list) else ()))
+
+
+def prompt_messages(body: dict) -> tuple[PromptMessage, ...]:
+    """A completions `prompt` (a string or a list of strings) as one user message."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list):
+        prompt = "\n".join(p for p in prompt if isinstance(p, str))
+    return (PromptMessage("user", prompt),) if isinstance(prompt, str) else ()
+
+
+def request_tools(body: dict) -> tuple[dict, ...]:
+    tools = body.get("tools")
+    found = []
+    for tool in tools if isinstance(tools, list) else ():
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict):
+            found.append({k: function.get(k) for k in ("name", "description", "parameters")})
+    return tuple(found)
+
+
+def request_tool_choice(body: dict) -> str | None:
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        return "function"
+    return choice if choice in TOOL_CHOICE_MODES else None
+
+
+def request_structured(body: dict) -> tuple[str, dict | None]:
+    fmt = body.get("response_format")
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        return "json_schema", schema if isinstance(schema, dict) else None
+    return ("json_object", None) if kind == "json_object" else ("none", None)
+
+
+def max_output_tokens(body: dict) -> int | None:
+    value = body.get("max_completion_tokens", body.get("max_tokens"))
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def server_state(body: dict) -> tuple[None, None]:
+    return None, None
+
+
+def event_channel(event_name: str | None, data: dict) -> str | None:
+    return chunk_channel(data)
+
+
+def response_id(data: dict) -> str | None:
+    value = data.get("id")
+    return value if isinstance(value, str) and value else None
+
+
+def answer(data: dict) -> Answer:
+    """choices[0]'s message (chat) or text (completions)."""
+    choices = data.get("choices") or []
+    first = choices[0] if choices and isinstance(choices[0], dict) else {}
+    message = first.get("message") if isinstance(first.get("message"), dict) else {}
+    text = content_text(message.get("content")) if message else first.get("text") or ""
+    reasoning = next((message[k] for k in _REASONING_KEYS if isinstance(message.get(k), str)), "")
+    calls = tuple(c for c in message.get("tool_calls") or () if isinstance(c, dict))
+    finish = first.get("finish_reason")
+    return Answer(
+        text if isinstance(text, str) else "",
+        reasoning,
+        calls,
+        finish if isinstance(finish, str) else None,
+        parse_usage(data.get("usage")),
+        response_id(data),
+    )

@@ -1,0 +1,56 @@
+"""The dialect table: how each API's requests, stream events and answers are read. An endpoint row
+(endpoints.py) names its dialect; adding an API is adding a module and a row here. Pure, light imports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llmreplay.openai_wire import chat_api, messages_api, responses_api
+from llmreplay.openai_wire.answer import Answer
+from llmreplay.openai_wire.endpoints import DIALECT_OF
+from llmreplay.openai_wire.message_text import PromptMessage
+from llmreplay.openai_wire.usage import Usage, parse_usage
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    name: str
+    request_messages: Callable[[dict], tuple[PromptMessage, ...]]  # prompt order, system first
+    request_tools: Callable[[dict], tuple[dict, ...]]  # chat-like {name, description, parameters}
+    request_tool_choice: Callable[[dict], str | None]  # trace_format.TOOL_CHOICES
+    request_structured: Callable[[dict], tuple[str, dict | None]]  # (STRUCTURED_OUTPUT_KINDS, schema)
+    max_output_tokens: Callable[[dict], int | None]
+    server_state: Callable[[dict], tuple[str | None, str | None]]  # (SERVER_STATES value, its id)
+    event_channel: Callable[[str | None, dict], str | None]  # ANSWER | REASONING | None
+    response_id: Callable[[dict], str | None]
+    answer: Callable[[dict], Answer]  # a whole 200 body
+    end_events: tuple[str, ...]  # stream event types after which nothing more is generated
+    typed_events: bool  # stream events carry `type` (and an `event:` line) instead of chat chunks
+    usage: Callable[[object], Usage] = parse_usage
+
+
+_READERS = ("request_messages", "request_tools", "request_tool_choice", "request_structured")
+_READERS += ("max_output_tokens", "server_state", "event_channel", "response_id", "answer")
+
+
+def _row(name: str, module, typed_events: bool, **overrides) -> Dialect:
+    """A dialect whose readers are its module's functions of the same names."""
+    readers = {reader: getattr(module, reader) for reader in _READERS} | overrides
+    return Dialect(name, **readers, end_events=getattr(module, "END_EVENTS", ()), typed_events=typed_events)
+
+
+CHAT = _row("chat", chat_api, typed_events=False)
+DIALECTS = {
+    "chat": CHAT,
+    "completions": _row("completions", chat_api, False, request_messages=chat_api.prompt_messages),
+    "embeddings": CHAT,  # an embedding answer generates nothing: chat's reading finds nothing in it
+    "responses": _row("responses", responses_api, typed_events=True),
+    "messages": _row("messages", messages_api, typed_events=True),
+}
+
+
+def dialect_for(endpoint: str) -> Dialect:
+    """The dialect of a trace endpoint value (an unknown one reads as chat, as the recorder names it)."""
+    return DIALECTS[DIALECT_OF.get(endpoint, "chat")]

@@ -1,0 +1,176 @@
+"""The Anthropic Messages API (/v1/messages): its request fields, stream events and answer body, read
+into the shapes every dialect shares. Pure, light imports: the recorder's proxy and the replay loop use it.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from llmreplay.openai_wire.answer import Answer
+from llmreplay.openai_wire.channels import MESSAGES_BLOCK_CHANNELS, MESSAGES_DELTA_CHANNELS
+from llmreplay.openai_wire.message_text import PromptMessage
+from llmreplay.openai_wire.usage import parse_usage
+
+# stop_reason -> the chat finish reason (pause_turn and refusal keep their names)
+STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
+END_EVENTS = ("message_stop",)
+ERROR_EVENTS = ("error",)
+BLOCK_START, BLOCK_DELTA = "content_block_start", "content_block_delta"
+
+
+def request_messages(body: dict) -> tuple[PromptMessage, ...]:
+    """`system` first, then each message: the texts of its text-bearing blocks (text, thinking,
+    tool_use name + input JSON, tool_result content) joined by newlines; images and documents count
+    nothing, nor redacted thinking (it is encrypted)."""
+    messages = []
+    system = blocks_text(body.get("system"))
+    if system:
+        messages.append(PromptMessage("system", system))
+    for message in body.get("messages") or ():
+        if isinstance(message, dict):
+            role = message.get("role") if isinstance(message.get("role"), str) else "unknown"
+            messages.append(PromptMessage(role, blocks_text(message.get("content"))))
+    return tuple(messages)
+
+
+def blocks_text(content) -> str:
+    """A content value's counted text: a string, or its blocks' texts joined by newlines."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(text for text in map(block_text, content) if text)
+
+
+def block_text(block) -> str:
+    """One content block's generated or given text; "" for images, documents and encrypted blocks."""
+    if not isinstance(block, dict):
+        return block if isinstance(block, str) else ""
+    kind = block.get("type")
+    if kind == "text":
+        return _str(block.get("text"))
+    if kind == "thinking":
+        return _str(block.get("thinking"))
+    if kind in ("tool_use", "server_tool_use"):
+        return f"{_str(block.get('name'))}{tool_input_json(block.get('input'))}"
+    if kind == "tool_result":
+        return blocks_text(block.get("content"))
+    return ""
+
+
+def tool_input_json(value) -> str:
+    """A tool_use block's input as the JSON text its tokens are counted over (compact, as generated)."""
+    if value is None or value == {}:
+        return "" if value is None else "{}"
+    try:
+        return orjson.dumps(value).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return ""
+
+
+def request_tools(body: dict) -> tuple[dict, ...]:
+    """Tool definitions as chat's {name, description, parameters} (`input_schema` is the parameters)."""
+    tools = body.get("tools")
+    return tuple(
+        {
+            "name": tool.get("name") or tool.get("type"),
+            "description": tool.get("description"),
+            "parameters": tool.get("input_schema"),
+        }
+        for tool in (tools if isinstance(tools, list) else ())
+        if isinstance(tool, dict)
+    )
+
+
+def request_tool_choice(body: dict) -> str | None:
+    """auto | none | required (Anthropic `any`) | function (`tool`: a named tool forced)."""
+    choice = body.get("tool_choice")
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    return {"auto": "auto", "none": "none", "any": "required", "tool": "function"}.get(kind)
+
+
+def request_structured(body: dict) -> tuple[str, dict | None]:
+    """(none | json_schema, the schema) from `output_format` or `output_config.format`."""
+    fmt = body.get("output_format")
+    config = body.get("output_config")
+    if not isinstance(fmt, dict) and isinstance(config, dict):
+        fmt = config.get("format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        schema = fmt.get("schema")
+        return "json_schema", schema if isinstance(schema, dict) else None
+    return "none", None
+
+
+def max_output_tokens(body: dict) -> int | None:
+    value = body.get("max_tokens")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def server_state(body: dict) -> tuple[None, None]:
+    """The Messages API keeps no state on the server: every request carries its whole history."""
+    return None, None
+
+
+def event_channel(event_name: str | None, data: dict) -> str | None:
+    """The channel a stream event's generated tokens go to (llmreplay.openai_wire.channels); None: none."""
+    kind = data.get("type") or event_name
+    if kind == BLOCK_DELTA:
+        part, table = data.get("delta"), MESSAGES_DELTA_CHANNELS
+    elif kind == BLOCK_START:
+        part, table = data.get("content_block"), MESSAGES_BLOCK_CHANNELS
+    else:
+        return None
+    if not isinstance(part, dict):
+        return None
+    key, channel = table.get(part.get("type"), (None, None))
+    value = part.get(key) if key is not None else None
+    return channel if isinstance(value, str) and value else None
+
+
+def response_id(data: dict) -> str | None:
+    """message_start's `message.id`, or a whole body's `id`."""
+    message = data.get("message")
+    if isinstance(message, dict):
+        data = message
+    value = data.get("id")
+    return value if isinstance(value, str) and value else None
+
+
+def finish_reason(stop_reason) -> str | None:
+    """Anthropic's stop_reason as chat's finish reason: end_turn -> stop, max_tokens -> length,
+    tool_use -> tool_calls; None while the message has not stopped."""
+    if not isinstance(stop_reason, str) or not stop_reason:
+        return None
+    return STOP_REASONS.get(stop_reason, stop_reason)
+
+
+def output_texts(message: dict) -> tuple[str, str, tuple[dict, ...]]:
+    """(answer text, thinking text, tool calls in chat's shape) of a message's `content` blocks."""
+    texts, thoughts, calls = [], [], []
+    for block in message.get("content") or ():
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(_str(block.get("text")))
+        elif kind == "thinking":
+            thoughts.append(_str(block.get("thinking")))
+        elif kind == "tool_use":
+            calls.append(chat_call(block.get("id"), block.get("name"), tool_input_json(block.get("input"))))
+    return "".join(texts), "".join(thoughts), tuple(calls)
+
+
+def chat_call(call_id, name, arguments: str) -> dict:
+    """A tool_use block in chat's tool-call shape."""
+    return {"id": call_id, "type": "function", "function": {"name": _str(name), "arguments": arguments}}
+
+
+def _str(value) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def answer(data: dict) -> Answer:
+    """A whole message body."""
+    text, thinking, calls = output_texts(data)
+    stop = finish_reason(data.get("stop_reason"))
+    return Answer(text, thinking, calls, stop, parse_usage(data.get("usage")), response_id(data))

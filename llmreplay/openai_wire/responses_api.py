@@ -1,0 +1,197 @@
+"""The OpenAI Responses API (/v1/responses): its request fields, stream events and answer body, read
+into the shapes every dialect shares. Pure, light imports: the recorder's proxy and the replay loop use it.
+"""
+
+from __future__ import annotations
+
+from llmreplay.openai_wire.answer import Answer
+from llmreplay.openai_wire.channels import (
+    RESPONSES_DELTA_CHANNELS,
+    RESPONSES_END_EVENTS,
+    RESPONSES_ITEM_CHANNELS,
+)
+from llmreplay.openai_wire.message_text import PromptMessage, content_text
+from llmreplay.openai_wire.usage import parse_usage
+
+# The replayer sends this as `previous_response_id` in a chained turn; the replay loop puts in its
+# place the id staging returned for the session's previous turn (replayer/loop/chain.py).
+PREVIOUS_RESPONSE_PLACEHOLDER = "llmreplay-previous-response"
+
+ANSWER_TEXT_EVENTS = ("response.output_text.delta", "response.refusal.delta")  # answer text, not a call's
+END_EVENTS = RESPONSES_END_EVENTS
+ITEM_ADDED = "response.output_item.added"
+ID_EVENTS = ("response.created", *END_EVENTS)  # carry `response.id`
+FAILED_EVENTS = ("response.failed", "error")
+# `incomplete_details.reason` -> the chat finish reason
+INCOMPLETE_REASONS = {"max_output_tokens": "length", "content_filter": "content_filter"}
+
+
+def request_messages(body: dict) -> tuple[PromptMessage, ...]:
+    """`instructions` first, then every text-bearing input item in order (a string input is one user
+    message); images and item references count nothing."""
+    messages = []
+    if isinstance(body.get("instructions"), str):
+        messages.append(PromptMessage("system", body["instructions"]))
+    items = body.get("input")
+    if isinstance(items, str):
+        return (*messages, PromptMessage("user", items))
+    for item in items if isinstance(items, list) else ():
+        message = item_message(item)
+        if message is not None:
+            messages.append(message)
+    return tuple(messages)
+
+
+def item_message(item) -> PromptMessage | None:
+    """An input or output item as a prompt message; None for one that holds no text (item_reference)."""
+    if not isinstance(item, dict):
+        return None
+    kind = item.get("type")
+    if kind in ("function_call", "custom_tool_call"):
+        arguments = item.get("arguments") if kind == "function_call" else item.get("input")
+        return PromptMessage("assistant", f"{item.get('name') or ''}{arguments or ''}")
+    if kind in ("function_call_output", "custom_tool_call_output"):
+        output = item.get("output")
+        return PromptMessage("tool", output if isinstance(output, str) else content_text(output))
+    if kind == "reasoning":
+        parts = [content_text(item.get("summary")), content_text(item.get("content"))]
+        return PromptMessage("assistant", "\n".join(part for part in parts if part))
+    if kind not in (None, "message"):
+        return None
+    role = item.get("role") if isinstance(item.get("role"), str) else "user"
+    return PromptMessage(role, content_text(item.get("content")))
+
+
+def request_tools(body: dict) -> tuple[dict, ...]:
+    """Tool definitions as chat's {name, description, parameters}; a built-in tool is named by its type."""
+    tools = body.get("tools")
+    return tuple(
+        {
+            "name": tool.get("name") or tool.get("type"),
+            "description": tool.get("description"),
+            "parameters": tool.get("parameters"),
+        }
+        for tool in (tools if isinstance(tools, list) else ())
+        if isinstance(tool, dict)
+    )
+
+
+def request_tool_choice(body: dict) -> str | None:
+    """auto | none | required | function (a named tool forced); allowed_tools keeps its mode."""
+    choice = body.get("tool_choice")
+    if isinstance(choice, str):
+        return choice if choice in ("auto", "none", "required") else None
+    if not isinstance(choice, dict):
+        return None
+    if choice.get("type") == "allowed_tools":
+        mode = choice.get("mode")
+        return mode if mode in ("auto", "required") else None
+    return "function"
+
+
+def request_structured(body: dict) -> tuple[str, dict | None]:
+    """(none | json_object | json_schema, the schema) from `text.format`."""
+    text = body.get("text")
+    fmt = text.get("format") if isinstance(text, dict) else None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "json_schema":
+        schema = fmt.get("schema")
+        return "json_schema", schema if isinstance(schema, dict) else None
+    return ("json_object", None) if kind == "json_object" else ("none", None)
+
+
+def max_output_tokens(body: dict) -> int | None:
+    value = body.get("max_output_tokens")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def server_state(body: dict) -> tuple[str | None, str | None]:
+    """Which stored state the request continues and the id it names: ("previous_response_id", id),
+    ("conversation", id) or (None, None)."""
+    previous = body.get("previous_response_id")
+    if isinstance(previous, str) and previous:
+        return "previous_response_id", previous
+    conversation = body.get("conversation")
+    if isinstance(conversation, dict):
+        conversation = conversation.get("id")
+    if isinstance(conversation, str) and conversation:
+        return "conversation", conversation
+    return None, None
+
+
+def event_channel(event_name: str | None, data: dict) -> str | None:
+    """The channel a stream event's generated tokens go to (llmreplay.openai_wire.channels); None: none."""
+    kind = data.get("type") or event_name
+    channel = RESPONSES_DELTA_CHANNELS.get(kind)
+    if channel is not None:
+        delta = data.get("delta")
+        return channel if isinstance(delta, str) and delta else None
+    item = data.get("item")
+    if kind == ITEM_ADDED and isinstance(item, dict):
+        key, channel = RESPONSES_ITEM_CHANNELS.get(item.get("type"), (None, None))
+        return channel if key is not None and _nonempty(item.get(key)) else None
+    return None
+
+
+def _nonempty(value) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def response_id(data: dict) -> str | None:
+    """The response's id: a whole body's `id`, or `response.id` of response.created / the end events."""
+    response = data.get("response")
+    if isinstance(response, dict):
+        data = response
+    value = data.get("id")
+    return value if isinstance(value, str) and value else None
+
+
+def finish_reason(response: dict) -> str | None:
+    """A response object's end as chat's finish reason: stop, tool_calls, length, content_filter;
+    None for a failed (or unfinished) response."""
+    status = response.get("status")
+    if status == "completed":
+        calls = any(_is_call(item) for item in response.get("output") or ())
+        return "tool_calls" if calls else "stop"
+    if status == "incomplete":
+        details = response.get("incomplete_details")
+        reason = details.get("reason") if isinstance(details, dict) else None
+        return INCOMPLETE_REASONS.get(reason, "length" if reason is None else str(reason))
+    return None
+
+
+def output_texts(response: dict) -> tuple[str, str, tuple[dict, ...]]:
+    """(answer text, reasoning text, tool calls in chat's shape) of a response object's `output`."""
+    texts, thoughts, calls = [], [], []
+    for item in response.get("output") or ():
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        if kind == "message":
+            texts.append(content_text(item.get("content")))
+        elif kind == "reasoning":
+            thoughts.append(content_text(item.get("content")) or content_text(item.get("summary")))
+        elif _is_call(item):
+            calls.append(chat_call(item))
+    return "".join(texts), "".join(thoughts), tuple(calls)
+
+
+def chat_call(item: dict) -> dict:
+    """A function_call item in chat's tool-call shape."""
+    return {
+        "id": item.get("call_id") or item.get("id"),
+        "type": "function",
+        "function": {"name": item.get("name") or "", "arguments": item.get("arguments") or ""},
+    }
+
+
+def _is_call(item) -> bool:
+    return isinstance(item, dict) and item.get("type") == "function_call"
+
+
+def answer(data: dict) -> Answer:
+    """A whole response object (a non-streamed body, or the `response` of an end event)."""
+    text, reasoning, calls = output_texts(data)
+    return Answer(
+        text, reasoning, calls, finish_reason(data), parse_usage(data.get("usage")), response_id(data)
+    )
