@@ -28,6 +28,9 @@ SUBCOMMANDS = {
     "export": "llmreplay.exporters:export_trace",
     "inspect": "llmreplay.inspect_cli:inspect_trace",
     "demo": "llmreplay.demo:demo",
+    "capacity": "replayer.capacity.cli:capacity",
+    "barrier": "replayer.launch.cli:barrier",
+    "k8s-job": "replayer.launch.cli:k8s_job",
 }
 
 

@@ -28,9 +28,11 @@ class BarrierState:
     lead_ns: int
     ready: dict[int, str] = field(default_factory=dict)  # shard -> host name
     released: set[int] = field(default_factory=set)  # shards that fetched the start
+    done: set[int] = field(default_factory=set)  # shards that finished (their end clock read)
     start_unix_ns: int | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     all_released: threading.Event = field(default_factory=threading.Event)
+    all_done: threading.Event = field(default_factory=threading.Event)
 
     def register(self, shard: int, shards: int, host: str) -> tuple[int, dict]:
         if shards != self.shards:
@@ -56,6 +58,15 @@ class BarrierState:
                     self.all_released.set()
             return 200, {"start_unix_ns": self.start_unix_ns}
 
+    def finish(self, shard: int) -> tuple[int, dict]:
+        with self.lock:
+            if shard not in self.ready:
+                return 409, {"error": f"shard {shard} never reported ready"}
+            self.done.add(shard)
+            if len(self.done) == self.shards:
+                self.all_done.set()
+            return 200, {"done": len(self.done), "shards": self.shards}
+
 
 def serve_barrier(host: str, port: int, state: BarrierState) -> ThreadingHTTPServer:
     """A started barrier server (serve_forever on a daemon thread); `.shutdown()` stops it."""
@@ -68,17 +79,21 @@ def serve_barrier(host: str, port: int, state: BarrierState) -> ThreadingHTTPSer
             if path == "/start":
                 params = dict(part.partition("=")[::2] for part in query.split("&") if part)
                 return self._answer(*state.start_for(_int(params.get("shard"), -1)))
-            return self._answer(404, {"error": "routes: GET /time, GET /start?shard=K, POST /ready"})
+            return self._answer(
+                404, {"error": "routes: GET /time, GET /start?shard=K, POST /ready, POST /done"}
+            )
 
         def do_POST(self):  # noqa: N802
-            if self.path != "/ready":
-                return self._answer(404, {"error": "POST /ready only"})
+            if self.path not in ("/ready", "/done"):
+                return self._answer(404, {"error": "POST /ready or /done only"})
             length = _int(self.headers.get("Content-Length"), 0)
             try:
                 body = json.loads(self.rfile.read(min(max(length, 0), MAX_BODY)) or b"{}")
                 shard, shards, name = int(body["shard"]), int(body["shards"]), str(body.get("host", ""))
             except (ValueError, KeyError, TypeError):
                 return self._answer(400, {"error": 'expected {"shard": K, "shards": N, "host": NAME}'})
+            if self.path == "/done":
+                return self._answer(*state.finish(shard))
             return self._answer(*state.register(shard, shards, name))
 
         def _answer(self, status: int, payload: dict) -> None:
@@ -119,6 +134,16 @@ def await_start(url: str, shard: int, shards: int, host: str, timeout_ns: int) -
                 f"({answer.get('ready', '?')} of {shards} hosts ready)"
             )
         time.sleep(POLL_S)
+
+
+def report_done(url: str, shard: int, shards: int, host: str) -> bool:
+    """Tell the barrier this shard has finished (it exits once every shard has); False when it is gone."""
+    body = json.dumps({"shard": shard, "shards": shards, "host": host}).encode()
+    try:
+        status, _ = _exchange(f"{url.rstrip('/')}/done", body, url)
+    except BadInput:
+        return False
+    return status == 200
 
 
 def _exchange(url: str, body: bytes | None, flag_url: str) -> tuple[int, dict]:

@@ -1,0 +1,137 @@
+"""`llmreplay barrier` (the shared start of a multi-host replay) and `llmreplay k8s-job` (its manifests)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import click
+
+from llmreplay import options
+from llmreplay.errors import BadInput
+from llmreplay.options import duration, option, positive
+
+NS_PER_S = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class BarrierConfig:
+    """The start barrier's settings."""
+
+    shards: int = option(type=int, required=True, check=positive, help="How many shards (hosts) to wait for.")
+    host: str = option("127.0.0.1", help="Address to listen on (0.0.0.0 inside a pod).")
+    port: int = option(8787, type=int, help="Port to listen on.")
+    lead_ns: int = option(
+        15 * NS_PER_S,
+        flags=("--lead",),
+        help="Between the last shard ready and the shared start (time to read the start and arm).",
+        **duration(),
+    )
+    timeout_ns: int = option(
+        1800 * NS_PER_S,
+        flags=("--timeout",),
+        help="Give up (exit 1) when the shards have not all finished by then.",
+        **duration(),
+    )
+
+
+@click.command("barrier")
+@options.click_options(BarrierConfig)
+def barrier(**values):
+    """Wait for --shards hosts, give them one start a --lead after the last, serve the clock they measure.
+
+    Exits 0 once every shard has reported done, 1 on --timeout.
+    """
+    from replayer.start_barrier import BarrierState, serve_barrier
+
+    config = options.build(BarrierConfig, values)
+    state = BarrierState(shards=config.shards, lead_ns=config.lead_ns)
+    try:
+        server = serve_barrier(config.host, config.port, state)
+    except OSError as exc:
+        raise BadInput(f"--host {config.host} --port {config.port}: cannot listen ({exc.strerror})") from None
+    host, port = server.server_address[:2]
+    click.echo(f"barrier: waiting for {config.shards} shards on http://{host}:{port}", err=True)
+    finished = state.all_done.wait(config.timeout_ns / NS_PER_S)
+    time.sleep(0.2)  # the last /done answer leaves before the socket closes
+    server.shutdown()
+    if not finished:
+        click.echo(
+            f"barrier: timed out: {len(state.ready)} of {config.shards} ready, {len(state.done)} done",
+            err=True,
+        )
+        raise SystemExit(1)
+    click.echo(f"barrier: all {config.shards} shards done", err=True)
+
+
+@dataclass(frozen=True, slots=True)
+class K8sJobConfig:
+    """What `k8s-job` writes manifests for (replayer.launch.k8s_job)."""
+
+    trace: str = option(required=True, help="The trace's path inside the pods (on --volume-claim).")
+    target: str = option(required=True, metavar="URL", help="The staging engine, as the pods reach it.")
+    shards: int = option(type=int, required=True, check=positive, help="Hosts (pods) to replay on.")
+    image: str = option(required=True, help="A container image with llmreplay installed.")
+    volume_claim: str = option(
+        required=True, metavar="PVC", help="A ReadWriteMany claim holding the trace and the runs."
+    )
+    out: str = option(
+        flags=("-o", "--out"), required=True, metavar="DIR", help="Directory to write the manifests to."
+    )
+    name: str = option("llmreplay", help="Name of the Jobs and the Service (a DNS label).")
+    namespace: str | None = option(None, help="Namespace of every object.")
+    cpus: int = option(2, type=int, check=positive, help="Whole CPUs per shard pod (requests = limits).")
+    memory: str = option("4Gi", help="Memory per shard pod (requests = limits).")
+    runs_dir: str = option("/llmreplay/runs", help="Where the shards write their runs, inside the pods.")
+    api_key_secret: str | None = option(
+        None, help="A Secret with key `api-key`, passed as LLMREPLAY_API_KEY."
+    )
+    replay_args: tuple[str, ...] = option(
+        (), flags=("--replay-arg",), multiple=True, help="An argument for every shard's replay (repeatable)."
+    )
+
+
+@click.command("k8s-job")
+@options.click_options(K8sJobConfig)
+def k8s_job(**values):
+    """Write the Kubernetes manifests of a multi-host replay: barrier, Indexed Job, merge Job.
+
+    Apply replay.yaml, wait for the Job, then apply merge.yaml (docs/howto-distributed.md).
+    """
+    from pathlib import Path
+
+    import yaml
+
+    from llmreplay.output_paths import make_output_dir, write_atomic
+    from replayer.launch.k8s_job import K8sJobSettings, merge_manifest, replay_manifests
+
+    config = options.build(K8sJobConfig, values)
+    _check_dns_label(config.name)
+    settings = K8sJobSettings(
+        name=config.name,
+        image=config.image,
+        trace=config.trace,
+        target=config.target,
+        shards=config.shards,
+        out_dir=config.runs_dir.rstrip("/"),
+        volume_claim=config.volume_claim,
+        namespace=config.namespace,
+        cpus=config.cpus,
+        memory=config.memory,
+        replay_args=config.replay_args,
+        api_key_secret=config.api_key_secret,
+    )
+    out = make_output_dir(config.out)
+    for name, docs in (
+        ("replay.yaml", replay_manifests(settings)),
+        ("merge.yaml", [merge_manifest(settings)]),
+    ):
+        write_atomic(Path(out) / name, yaml.safe_dump_all(docs, sort_keys=False), force=True)
+    click.echo(f"manifests written to {out}: replay.yaml (apply first), merge.yaml (once the Job completed)")
+
+
+def _check_dns_label(name: str) -> None:
+    import re
+
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?", name):
+        raise BadInput(f"--name {name!r}: must be a DNS label (lowercase letters, digits, '-'; at most 42)")
