@@ -1,0 +1,50 @@
+"""`llmreplay capacity`: flags from CapacityConfig and (for each step's replay) ReplayConfig's own fields.
+
+Exit 0; 1 no step held the SLOs or --require-headroom not met; 2 bad input; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import click
+
+from llmreplay import options
+from replayer.capacity.config import REPLAY_FLAGS, CapacityConfig
+from replayer.config import ReplayConfig
+
+STEP_RUN_DIR = "-"  # each step's run directory is set by the search (replayer.capacity.step)
+
+
+@click.command("capacity")
+@click.argument("trace", type=click.Path())
+@options.click_options(CapacityConfig)
+@options.click_options(ReplayConfig, only=REPLAY_FLAGS)
+@click.option("--json", "as_json", is_flag=True, help="Print capacity.json.")
+def capacity(trace, as_json, **values):
+    """Find how much of TRACE's own traffic --target holds within the SLOs: the knee, the SLO limit,
+    the operating point and the headroom against the trace's busiest minute (DIR/capacity.json)."""
+    values["quiet"] = values["quiet"] or as_json
+    replay = options.build(ReplayConfig, values, trace_path=trace, run_dir=STEP_RUN_DIR)
+    config = options.build(CapacityConfig, values, trace_path=trace, replay=replay)
+    _run(config, as_json)
+
+
+def _run(config: CapacityConfig, as_json: bool) -> None:
+    import orjson
+    from rich.console import Console
+
+    from replayer.capacity.runner import run_capacity
+    from replayer.capacity.terminal import print_capacity, print_verdict
+
+    console = Console(stderr=True)
+    document = run_capacity(config, console)
+    if as_json:
+        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
+        print_verdict(document, console)
+    elif config.replay.quiet:
+        print_verdict(document, Console())
+    else:
+        print_capacity(document, Console())
+        click.echo(f"capacity written to {config.out_dir}/capacity.json")
+    if document["stop_reason"] == "interrupted":
+        click.echo(f"llmreplay: error: interrupted; the search so far is in {config.out_dir}", err=True)
+    raise SystemExit(document["verdict"]["exit_code"])

@@ -1,0 +1,121 @@
+"""One step: a normal `replay` run of the warm-up and the window at one factor into DIR/steps/NN-x<factor>/,
+then measured (replayer.capacity.measure). A finished step directory is read, not rerun; a killed one is redone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmreplay.run_format import RESULTS_FILE, RUN_FILE
+from replayer.capacity.measure import CLIENT_BOUND, INTERRUPTED, PASS, Clock, measure
+from replayer.compare.inputs import load_side
+from replayer.compare.server_metrics import run_server_metrics
+from replayer.config import ReplayConfig
+
+STEPS_DIR = "steps"
+REUSE, RERUN, FRESH = "reuse", "rerun", "fresh"
+BY_SPEED, BY_SCALE = "speed", "scale"
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """What one step replays: trace offsets (ns) of the warm-up start and the window, and the factor."""
+
+    index: int
+    factor: float
+    kind: str
+    warmup_start_ns: int
+    window_start_ns: int
+    window_end_ns: int
+    first_offset_ns: int  # the first trace request at or after warmup_start_ns (the run's clock zero)
+
+    @property
+    def dir_name(self) -> str:
+        return f"{self.index:02d}-x{self.factor:g}"
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """A step's row of capacity.json and what the search reads of it."""
+
+    row: dict
+
+    @property
+    def passed(self) -> bool:
+        return self.row["verdict"] == PASS
+
+    @property
+    def client_bound(self) -> bool:
+        return self.row["verdict"] == CLIENT_BOUND
+
+    @property
+    def interrupted(self) -> bool:
+        return self.row["verdict"] == INTERRUPTED
+
+
+def resume_action(run_dir: Path) -> str:
+    """REUSE a finished run (run.json and results, not interrupted), RERUN anything else left there
+    (a kill's .parts/, an interrupted run: the directory is ours), FRESH when there is none."""
+    if not run_dir.exists():
+        return FRESH
+    info = run_dir / RUN_FILE
+    if info.is_file() and (run_dir / RESULTS_FILE).is_file():
+        import orjson
+
+        try:
+            stop = orjson.loads(info.read_bytes()).get("stop_reason")
+        except (orjson.JSONDecodeError, AttributeError):
+            return RERUN
+        return RERUN if stop == "interrupted" else REUSE
+    return RERUN
+
+
+def step_config(template: ReplayConfig, plan: StepPlan, by: str, run_dir: Path) -> ReplayConfig:
+    """The template's replay with this step's run directory, trace window and load factor."""
+    schedule = dataclasses.replace(
+        template.schedule,
+        from_offset_ns=plan.warmup_start_ns,
+        to_offset_ns=plan.window_end_ns,
+        **({"speed": plan.factor} if by == BY_SPEED else {"scale": plan.factor}),
+    )
+    return dataclasses.replace(template, run_dir=str(run_dir), schedule=schedule)
+
+
+def run_step(
+    plan: StepPlan, template: ReplayConfig, by: str, out_dir: Path, analysis: dict, console=None
+) -> StepResult:
+    """Run (or reuse) the step's replay and measure it; `analysis`: slos, limits, max_error_rate, precision."""
+    run_dir = out_dir / STEPS_DIR / plan.dir_name
+    action = resume_action(run_dir)
+    if action == RERUN:
+        shutil.rmtree(run_dir)
+    if action != REUSE:
+        from replayer.coordinator import run_replay
+
+        run_replay(step_config(template, plan, by, run_dir), console)
+    side = load_side(run_dir, "step")
+    speed = plan.factor if by == BY_SPEED else 1.0
+    clock = Clock(
+        plan.window_start_ns - plan.first_offset_ns, plan.window_end_ns - plan.window_start_ns, speed
+    )
+    row = measure(side, clock, **analysis)
+    metrics = run_server_metrics(run_dir, side.config)
+    took_ns = (side.config.get("ended_unix_ns") or 0) - (side.config.get("started_unix_ns") or 0)
+    head = {
+        "index": plan.index,
+        "factor": plan.factor,
+        "kind": plan.kind,
+        "run_dir": f"{STEPS_DIR}/{plan.dir_name}",
+        "elapsed_s": took_ns / 1e9,
+    }
+    return StepResult(
+        {
+            **head,
+            **row,
+            "server_metrics": None if metrics is None else metrics["summary"],
+            "reused": action == REUSE,
+        }
+    )
