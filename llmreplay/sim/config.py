@@ -94,6 +94,12 @@ class SimConfig:
         help="Waiting-queue limit; beyond it requests get 429 with Retry-After.",
     )
     retry_after_s: int = option(1, type=int, check=non_negative, help="Retry-After seconds sent with 429.")
+    response_store_tokens: int = option(
+        8_000_000,
+        type=int,
+        check=non_negative,
+        help="Token ids kept of stored responses, for previous_response_id (oldest dropped first).",
+    )
     # output length when max_tokens does not force it
     output_len_dist: str = option(
         "lognormal",

@@ -5,6 +5,7 @@ Anything malformed raises InvalidRequest, which the server answers with an OpenA
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
@@ -40,6 +41,12 @@ class CompletionRequest:
     ignore_eos: bool
     tool_name: str | None  # the function to call when the answer is a tool call
     cache_salt: str | None = None  # vLLM's: prompts with different salts share no cached prefix
+    # Responses API state: the stored conversation continued (its token ids go after the first
+    # `history_after` prompt texts: tools and instructions), and whether this answer is stored.
+    previous_response_id: str | None = None
+    history_after: int = 0
+    store: bool = False
+    echo: dict | None = None  # request fields a Responses answer repeats
 
 
 def json_object(raw: bytes) -> dict:
@@ -55,20 +62,17 @@ def json_object(raw: bytes) -> dict:
 
 def parse_body(raw: bytes, endpoint: str) -> CompletionRequest:
     body = json_object(raw)
-    model = _optional(body, "model", str)
-    stream = _optional(body, "stream", bool) or False
-    stream_options = _optional(body, "stream_options", dict) or {}
+    model = optional(body, "model", str)
+    stream = optional(body, "stream", bool) or False
+    stream_options = optional(body, "stream_options", dict) or {}
     include_usage = stream_options.get("include_usage") is True
-    n = _optional(body, "n", int)
+    n = optional(body, "n", int)
     if n not in (None, 1):
         raise InvalidRequest("the sim answers n=1 only", param="n")
-    max_tokens = _positive_int(body, "max_tokens")
+    max_tokens = positive_int(body, "max_tokens")
     if endpoint == "chat_completions":
-        max_tokens = _positive_int(body, "max_completion_tokens") or max_tokens
-    min_tokens = _optional(body, "min_tokens", int) or 0
-    if min_tokens < 0:
-        raise InvalidRequest("min_tokens must be >= 0", param="min_tokens")
-    ignore_eos = _optional(body, "ignore_eos", bool) or False
+        max_tokens = positive_int(body, "max_completion_tokens") or max_tokens
+    min_tokens, ignore_eos = length_extensions(body)
     if endpoint == "chat_completions":
         messages = _messages(body)
         texts, tool_name = _tools(body, messages)
@@ -79,11 +83,19 @@ def parse_body(raw: bytes, endpoint: str) -> CompletionRequest:
         tool_name, message_count = None, 0
     return CompletionRequest(
         endpoint, model, stream, include_usage, texts, token_ids, message_count,
-        max_tokens, min_tokens, ignore_eos, tool_name, _optional(body, "cache_salt", str),
+        max_tokens, min_tokens, ignore_eos, tool_name, optional(body, "cache_salt", str),
     )  # fmt: skip
 
 
-def _optional(body: dict, key: str, kind: type):
+def length_extensions(body: dict) -> tuple[int, bool]:
+    """(min_tokens, ignore_eos): the engine extensions forcing an answer's length, for every endpoint."""
+    min_tokens = optional(body, "min_tokens", int) or 0
+    if min_tokens < 0:
+        raise InvalidRequest("min_tokens must be >= 0", param="min_tokens")
+    return min_tokens, optional(body, "ignore_eos", bool) or False
+
+
+def optional(body: dict, key: str, kind: type):
     value = body.get(key)
     if value is None:
         return None
@@ -92,8 +104,8 @@ def _optional(body: dict, key: str, kind: type):
     return value
 
 
-def _positive_int(body: dict, key: str) -> int | None:
-    value = _optional(body, key, int)
+def positive_int(body: dict, key: str) -> int | None:
+    value = optional(body, key, int)
     if value is not None and value < 1:
         raise InvalidRequest(f"'{key}' must be >= 1", param=key)
     return value
@@ -128,27 +140,13 @@ def _message_text(index: int, message: dict) -> str:
 
 
 def _tools(body: dict, messages: list[dict]) -> tuple[tuple[str, ...], str | None]:
-    """Tool definitions as one prompt text, and the function to call (None: answer with text).
-
-    Choice rule: a named function -> it; "required" -> the first tool; "auto" (the default when
-    tools are offered) -> the first tool when the last message is from the user, text otherwise
-    (after a tool result the model answers in words, like a typical agent loop).
-    """
-    tools = body.get("tools")
-    if tools is None:
+    """Tool definitions as one prompt text, and the function to call (None: answer with text): a named
+    function -> it, else `chosen_tool`'s rule."""
+    offered = offered_tools(body, _function_name)
+    if offered is None:
         return (), None
-    if not isinstance(tools, list):
-        raise InvalidRequest("'tools' must be an array", param="tools")
-    names = []
-    for i, tool in enumerate(tools):
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise InvalidRequest(
-                f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ...}}}}", param="tools"
-            )
-        names.append(function["name"])
-    texts = (orjson.dumps(tools).decode(),) if tools else ()
-    choice = body.get("tool_choice", "auto" if tools else "none")
+    texts, names = offered
+    choice = body.get("tool_choice", "auto" if names else "none")
     if isinstance(choice, dict):
         function = choice.get("function")
         name = function.get("name") if isinstance(function, dict) else None
@@ -157,11 +155,39 @@ def _tools(body: dict, messages: list[dict]) -> tuple[tuple[str, ...], str | Non
         return texts, name
     if choice not in TOOL_CHOICE_MODES:
         raise InvalidRequest("'tool_choice' must be none, auto, required or a function", param="tool_choice")
-    if not names or choice == "none":
-        return texts, None
-    if choice == "required" or messages[-1].get("role") == "user":
-        return texts, names[0]
-    return texts, None
+    return texts, chosen_tool(choice, names, messages[-1].get("role") == "user")
+
+
+def _function_name(index: int, tool) -> str:
+    function = tool.get("function") if isinstance(tool, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise InvalidRequest(
+            f"tools[{index}] must be {{'type': 'function', 'function': {{'name': ...}}}}", param="tools"
+        )
+    return function["name"]
+
+
+def offered_tools(
+    body: dict, name_of: Callable[[int, object], str | None]
+) -> tuple[tuple[str, ...], list[str]] | None:
+    """(the `tools` array's JSON as one prompt text, the callable names), None without tools;
+    `name_of(index, tool)` names one (None: a tool the sim cannot call), raising InvalidRequest."""
+    tools = body.get("tools")
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise InvalidRequest("'tools' must be an array", param="tools")
+    names = [name for i, tool in enumerate(tools) if (name := name_of(i, tool)) is not None]
+    return ((orjson.dumps(tools).decode(),) if tools else ()), names
+
+
+def chosen_tool(mode: str, names: list[str], from_user: bool) -> str | None:
+    """The tool called under a choice mode: "required" -> the first; "auto" -> the first when the last
+    message is the user's, text otherwise (after a tool result the model answers in words, like a
+    typical agent loop); "none" -> text."""
+    if not names or mode == "none":
+        return None
+    return names[0] if mode == "required" or from_user else None
 
 
 def _prompt(body: dict) -> tuple[tuple[str, ...], tuple[int, ...] | None]:

@@ -1,4 +1,4 @@
-"""The sim's HTTP face: OpenAI routes on aiohttp, feeding the engine and the ground-truth log.
+"""The sim's HTTP face: OpenAI and Anthropic routes on aiohttp, feeding the engine and the ground-truth log.
 
 Handlers validate at the edge, tokenize in a thread, then park on a future while the
 engine (driven by EngineStepper) writes tokens straight to the connection.
@@ -7,11 +7,13 @@ engine (driven by EngineStepper) writes tokens straight to the connection.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import random
 import time
 import uuid
 from collections import Counter, deque
+from collections.abc import Sequence as IdSequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -24,14 +26,26 @@ from llmreplay.sim.config import SimConfig
 from llmreplay.sim.engine import Engine, EngineParams, Sequence
 from llmreplay.sim.faults import FAULT_HEADER, Fault, draw_fault, immediate_error, parse_fault_header
 from llmreplay.sim.ground_truth import REQUEST_COLUMNS, STEP_COLUMNS, ParquetSpool, steps_log_path
+from llmreplay.sim.messages_request import parse_messages
+from llmreplay.sim.messages_wire import MessagesEncoder, error_body
 from llmreplay.sim.openai_request import CompletionRequest, InvalidRequest, parse_body
 from llmreplay.sim.output_length import REASONING_HEADER, draw_reasoning_tokens, plan_output, reasoning_share
 from llmreplay.sim.prometheus import ServerCounters, render_metrics
-from llmreplay.sim.prompt_shape import PromptShape, prompt_shape
+from llmreplay.sim.prompt_shape import OVERHEAD_TOKEN_ID, PromptShape, prompt_shape
 from llmreplay.sim.read_stamps import ARRIVAL_KEY, claim_arrival, drop_body_stamps
-from llmreplay.sim.sinks import BodySink, StreamSink
+from llmreplay.sim.response_store import ResponseStore
+from llmreplay.sim.responses_request import parse_responses
+from llmreplay.sim.responses_wire import ResponsesEncoder
+from llmreplay.sim.sinks import BodySink, Encoder, StreamSink
 from llmreplay.sim.stepper import EngineStepper, StepRecord
-from llmreplay.sim.wire import ChatEncoder, CompletionEncoder, error_object, usage
+from llmreplay.sim.wire import (
+    VOCABULARY,
+    ChatEncoder,
+    CompletionEncoder,
+    error_object,
+    tool_argument_fragments,
+    usage,
+)
 from llmreplay.tokenizers import Tokenizer
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -40,6 +54,13 @@ LOG_FLUSH_INTERVAL_S = 0.25  # small conversions: see ground_truth.FLUSH_ROWS
 # round trip ~0.3 ms; so short prompts are tokenized on the loop, longer ones in the pool.
 INLINE_TOKENIZE_MAX_CHARS = 512
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+# endpoint -> (its route, the body parser); each answers in its own API's shapes (encoders, errors)
+ROUTES = {
+    "chat_completions": ("/v1/chat/completions", lambda raw: parse_body(raw, "chat_completions")),
+    "completions": ("/v1/completions", lambda raw: parse_body(raw, "completions")),
+    "responses": ("/v1/responses", parse_responses),
+    "messages": ("/v1/messages", parse_messages),
+}
 
 
 @dataclass(slots=True)
@@ -94,11 +115,13 @@ class SimServer:
         self._stepper: EngineStepper | None = None
         self._stopping = asyncio.Event()
         self._flusher: asyncio.Task | None = None
+        self.responses = ResponseStore(config.response_store_tokens)
+        self._word_ids: list[list[int]] | None = None  # each VOCABULARY word's token ids
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[claim_arrival])
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_post("/v1/completions", self._completions)
+        for endpoint, (path, _) in ROUTES.items():
+            app.router.add_post(path, functools.partial(self._exchange, endpoint=endpoint))
         app.router.add_get("/v1/models", self._list_models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
@@ -175,12 +198,6 @@ class SimServer:
             body=text.encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
         )
 
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._exchange(request, "chat_completions")
-
-    async def _completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._exchange(request, "completions")
-
     async def _exchange(self, request: web.Request, endpoint: str) -> web.StreamResponse:
         arrival_mono_ns = request[ARRIVAL_KEY]
         exchange = ServedRequest(
@@ -193,7 +210,7 @@ class SimServer:
             return await self._serve(request, exchange)
         except InvalidRequest as exc:
             exchange.status, exchange.outcome = exc.status, f"error_{exc.status}"
-            return _error_response(exc, self.config.retry_after_s)
+            return _error_response(exc, self.config.retry_after_s, endpoint)
         except ConnectionError:  # the client went away while we wrote to it
             exchange.outcome = "cancelled_by_client"
             raise
@@ -206,11 +223,11 @@ class SimServer:
     async def _serve(self, request: web.Request, exchange: ServedRequest) -> web.StreamResponse:
         body = await request.read()
         drop_body_stamps(request)
-        parsed = parse_body(body, exchange.endpoint)
+        parsed = ROUTES[exchange.endpoint][1](body)
         model = self._check_model(parsed, exchange)
         rng = random.Random(f"{self.config.seed}/{exchange.request_id}")  # per request: order-independent
         reasoning = 0  # legacy completions have no reasoning channel
-        if parsed.endpoint == "chat_completions":
+        if parsed.endpoint != "completions":
             reasoning = draw_reasoning_tokens(self.config, rng, request.headers.get(REASONING_HEADER))
         target_tokens, finish_reason = plan_output(parsed, self.config, rng, reasoning)
         reasoning = reasoning_share(target_tokens, reasoning)
@@ -226,7 +243,7 @@ class SimServer:
             return immediate
         if self.engine.num_waiting >= self.config.max_waiting:
             raise InvalidRequest("the sim's waiting queue is full, retry later", 429, "queue_full")
-        shape = await self._prompt_shape(parsed)
+        shape = await self._prompt_shape(parsed, self._history(parsed))
         exchange.prompt_tokens = shape.prompt_tokens
         self._check_fits(shape.prompt_tokens, target_tokens, exchange.endpoint)
         transport = request.transport
@@ -250,6 +267,8 @@ class SimServer:
         )  # fmt: skip
         exchange.seq = seq
         await self._run(seq, fault.first_token_delay_ms, parsed.stream, finish_reason, exchange)
+        if parsed.store and exchange.outcome == "ok":  # at once: the client may chain to it right away
+            self.responses.put(encoder.response_id, [*shape.conversation_ids, *self._output_ids(parsed, seq)])
         if parsed.stream:
             return await self._end_stream(response, sink, exchange)
         return await self._body_answer(request, encoder, seq, finish_reason, exchange)
@@ -261,9 +280,39 @@ class SimServer:
             raise InvalidRequest(f"The model `{model}` does not exist.", 404, "model_not_found", "model")
         return model
 
-    async def _prompt_shape(self, parsed: CompletionRequest) -> PromptShape:
-        args = (self._tokenizer, parsed, self.config.block_size, self.config.message_overhead_tokens)
-        if sum(map(len, parsed.prompt_texts)) <= INLINE_TOKENIZE_MAX_CHARS:
+    def _history(self, parsed: CompletionRequest) -> IdSequence[int]:
+        """The stored conversation a chained Responses turn continues; 404 when the sim has none."""
+        if parsed.previous_response_id is None:
+            return ()
+        history = self.responses.get(parsed.previous_response_id)
+        if history is None:
+            raise InvalidRequest(
+                f"Previous response with id '{parsed.previous_response_id}' not found.",
+                404, "previous_response_not_found", "previous_response_id",
+            )  # fmt: skip
+        return history
+
+    def _output_ids(self, parsed: CompletionRequest, seq: Sequence) -> list[int]:
+        """An answer's token ids as a later turn's history holds them: each output item a message
+        (overhead ids, then its text: the reasoning, the answer words or the call's name + arguments)."""
+        if self._word_ids is None:
+            self._word_ids = self._tokenizer.encode_batch(list(VOCABULARY))
+        overhead = [OVERHEAD_TOKEN_ID] * self.config.message_overhead_tokens
+        reasoning = min(seq.reasoning_tokens, seq.emitted_tokens)
+        answer = seq.emitted_tokens - reasoning
+        ids = [*overhead, *self._words(reasoning)] if reasoning else []
+        if parsed.tool_name is None:
+            return [*ids, *overhead, *self._words(answer)]
+        arguments = "".join(tool_argument_fragments(answer))
+        return [*ids, *overhead, *self._tokenizer.encode(f"{parsed.tool_name}{arguments}")]
+
+    def _words(self, tokens: int) -> list[int]:
+        words = self._word_ids
+        return [token for i in range(tokens) for token in words[i % len(words)]]
+
+    async def _prompt_shape(self, parsed: CompletionRequest, history: IdSequence[int]) -> PromptShape:
+        args = (self._tokenizer, parsed, self.config.block_size, self.config.message_overhead_tokens, history)
+        if sum(map(len, parsed.prompt_texts)) + len(history) <= INLINE_TOKENIZE_MAX_CHARS:
             return prompt_shape(*args)
         return await asyncio.get_running_loop().run_in_executor(self._tokenize_pool, prompt_shape, *args)
 
@@ -273,7 +322,7 @@ class SimServer:
                 f"prompt ({prompt_tokens} tokens) + output ({target_tokens} tokens) exceed the sim's "
                 f"KV cache of {self.config.kv_cache_tokens} tokens",
                 code="context_length_exceeded",
-                param="messages" if endpoint == "chat_completions" else "prompt",
+                param={"completions": "prompt", "responses": "input"}.get(endpoint, "messages"),
             )
 
     async def _open_stream(self, request: web.Request, encoder) -> web.StreamResponse:
@@ -312,10 +361,16 @@ class SimServer:
             self.engine.submit(seq)
             self._stepper.kick()
 
-    def _encoder(
-        self, parsed: CompletionRequest, model: str, reasoning: int
-    ) -> ChatEncoder | CompletionEncoder:
+    def _encoder(self, parsed: CompletionRequest, model: str, reasoning: int) -> Encoder:
         suffix = uuid.uuid4().hex
+        if parsed.endpoint == "responses":
+            return ResponsesEncoder(
+                f"resp_{suffix}", int(time.time()), model, parsed.tool_name, suffix, reasoning, parsed.echo
+            )
+        if parsed.endpoint == "messages":
+            return MessagesEncoder(
+                f"msg_{suffix[:24]}", model, parsed.tool_name, f"toolu_{suffix[:24]}", reasoning
+            )
         if parsed.endpoint == "chat_completions":
             return ChatEncoder(
                 f"chatcmpl-{suffix}", int(time.time()), model, parsed.tool_name, f"call_{suffix[:24]}",
@@ -337,7 +392,9 @@ class SimServer:
             exchange.outcome = "hang"  # no status: the client must give up (or the sim stops)
             await self._stopping.wait()
             exchange.status = 503
-            return _error_response(InvalidRequest("the sim is shutting down", 503, "shutdown"), 0)
+            return _error_response(
+                InvalidRequest("the sim is shutting down", 503, "shutdown"), 0, exchange.endpoint
+            )
         return None
 
     async def _end_stream(
@@ -387,10 +444,13 @@ class SimServer:
             return response
         if outcome == "stream_error":
             exchange.status = 200
-            return _json(error_object("simulated engine error", "server_error", "simulated_stream_error"))
+            error = InvalidRequest("simulated engine error", 500, "simulated_stream_error")
+            return _json(_error_body(error, exchange.endpoint))
         if outcome == "shutdown":
             exchange.status = 503
-            return _error_response(InvalidRequest("the sim is shutting down", 503, "shutdown"), 0)
+            return _error_response(
+                InvalidRequest("the sim is shutting down", 503, "shutdown"), 0, exchange.endpoint
+            )
         return web.Response(status=499)  # cancelled: nobody is listening
 
     def _log(self, exchange: ServedRequest) -> None:
@@ -418,11 +478,20 @@ def _json(obj: dict, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json")
 
 
-def _error_response(exc: InvalidRequest, retry_after_s: int) -> web.Response:
+def _error_body(exc: InvalidRequest, endpoint: str) -> dict:
+    """The error in the endpoint's API's shape: Anthropic's for /v1/messages, OpenAI's otherwise."""
+    if endpoint == "messages":
+        return error_body(str(exc), exc.status)
     kind = "server_error" if exc.status >= 500 else "invalid_request_error"
     if exc.status == 429:
         kind = "rate_limit_error"
-    response = _json(error_object(str(exc), kind, exc.code, exc.param), exc.status)
+    return error_object(str(exc), kind, exc.code, exc.param)
+
+
+def _error_response(
+    exc: InvalidRequest, retry_after_s: int, endpoint: str = "chat_completions"
+) -> web.Response:
+    response = _json(_error_body(exc, endpoint), exc.status)
     if exc.status == 429:
         response.headers["Retry-After"] = str(retry_after_s)
     return response

@@ -10,18 +10,18 @@ import asyncio
 
 from llmreplay.sim.engine import Sequence
 from llmreplay.sim.faults import STREAM_OUTCOMES
-from llmreplay.sim.wire import ChatEncoder, CompletionEncoder, chunk_frame, error_object, sse, usage
+from llmreplay.sim.messages_wire import MessagesEncoder
+from llmreplay.sim.responses_wire import ResponsesEncoder
+from llmreplay.sim.wire import ChatEncoder, CompletionEncoder, chunk_frame, usage
 
-_STREAM_ERROR = sse(
-    error_object("simulated error inside the stream", "server_error", "simulated_stream_error")
-)
+Encoder = ChatEncoder | CompletionEncoder | ResponsesEncoder | MessagesEncoder
 
 
 class StreamSink:
     """SSE answer: one frame per token; the last token's frame carries the closing events.
 
     A stream is complete (`final_written`) from the moment `transport.write` accepted its final
-    frame (the frame ending in `data: [DONE]`: the last token with the finish reason and usage, or
+    frame (the frame ending in `data: [DONE]`, response.completed or message_stop: the last token with the finish reason and usage, or
     an injected in-stream error) while the transport was not closing, that is before the sim
     learned of any disconnect. Every byte a client needs is then the kernel's to deliver. What
     follows is framing, written by the handler one or more loop passes later: the chunked-encoding
@@ -44,7 +44,7 @@ class StreamSink:
     def __init__(
         self,
         transport: asyncio.Transport,
-        encoder: ChatEncoder | CompletionEncoder,
+        encoder: Encoder,
         finish_reason: str,
         include_usage: bool,
         fault: str | None,
@@ -67,13 +67,18 @@ class StreamSink:
             return False
         if self._fault is not None and number > self._stop_after:
             return self._inject(seq)
+        encoder = self._encoder
+        start = encoder.start(seq.prompt_tokens, seq.cached_tokens) if number == 1 else b""
         if number < seq.target_tokens:
-            transport.write(self._encoder.token_frame(number, seq.target_tokens))
+            if start:
+                transport.write(chunk_frame(start + encoder.token(number, seq.target_tokens)))
+            else:
+                transport.write(encoder.token_frame(number, seq.target_tokens))
             return True
         usage_obj = None
         if self._include_usage:
             usage_obj = usage(seq.prompt_tokens, number, seq.cached_tokens, seq.reasoning_tokens)
-        payload = self._encoder.token(number, number) + self._encoder.closing(self._finish_reason, usage_obj)
+        payload = start + encoder.token(number, number) + encoder.closing(self._finish_reason, usage_obj)
         transport.write(chunk_frame(payload))  # the last token travels with the closing events
         self.final_written = True
         return True
@@ -85,7 +90,7 @@ class StreamSink:
         elif self._fault == "truncate":
             seq.outcome = "truncated"  # the handler ends the body cleanly, without [DONE]
         else:
-            self._transport.write(chunk_frame(_STREAM_ERROR + b"data: [DONE]\n\n"))
+            self._transport.write(chunk_frame(self._encoder.stream_error()))
             self.final_written = True
             seq.outcome = "stream_error"
         return False

@@ -16,6 +16,15 @@ VOCABULARY = (
 )  # fmt: skip
 _WORDS_JSON = tuple(orjson.dumps(word) for word in VOCABULARY)
 _DONE = b"data: [DONE]\n\n"
+_STREAM_ERROR = (
+    b"data: "
+    + orjson.dumps(
+        {"error": {"message": "simulated error inside the stream", "type": "server_error", "param": None,
+                   "code": "simulated_stream_error"}}
+    )
+    + b"\n\n"
+    + _DONE
+)  # fmt: skip
 _NO_FINISH = b',"logprobs":null,"finish_reason":null}]}\n\n'
 
 
@@ -88,6 +97,12 @@ class ChatEncoder:
 
     def opening(self) -> bytes:
         return self._head + b'{"role":"assistant","content":""}' + _NO_FINISH
+
+    def start(self, prompt_tokens: int, cached_tokens: int) -> bytes:
+        return b""  # nothing before the first token (its prompt usage comes with the last)
+
+    def stream_error(self) -> bytes:
+        return _STREAM_ERROR
 
     def token_frame(self, number: int, target_tokens: int) -> bytes:
         """`token` as a chunked-encoding frame; text tokens are framed once per request and word."""
@@ -177,6 +192,12 @@ class CompletionEncoder:
 
     def opening(self) -> bytes:
         return b""
+
+    def start(self, prompt_tokens: int, cached_tokens: int) -> bytes:
+        return b""
+
+    def stream_error(self) -> bytes:
+        return _STREAM_ERROR
 
     def token_frame(self, number: int, target_tokens: int) -> bytes:
         if self._word_frames is None:
