@@ -53,6 +53,9 @@ class Engine:
     server_header: tuple[str, ...] = ()  # substrings of the `Server` response header (lower case)
     probes: tuple[Probe, ...] = ()  # asked only when neither of the above named an engine
     force_length: tuple[tuple[str, str], ...] = ()  # (request field, FLAG | LIMIT | FLOOR); () cannot
+    # per endpoint where it differs from `force_length` (the chat and completions fields):
+    # (endpoint, its fields); an endpoint named with () cannot force the length there
+    force_length_on: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     rejects_unknown_fields: bool = False  # nothing beyond its declared fields may be sent
     # False: under a grammar (response_format, a required tool call) forcing the length past the
     # grammar's end fails the request, so only max_tokens is sent there
@@ -73,6 +76,11 @@ class Engine:
         """False: answers may stop early at EOS, so output lengths can fall short of the trace."""
         return bool(self.force_length)
 
+    def length_forcing(self, endpoint: str) -> tuple[tuple[str, str], ...]:
+        """The fields that force the output length on `endpoint` (its row in `force_length_on`, else
+        `force_length`)."""
+        return dict(self.force_length_on).get(endpoint, self.force_length)
+
 
 _USAGE = "prompt_tokens_details.cached_tokens"
 
@@ -81,9 +89,13 @@ ENGINES: tuple[Engine, ...] = (
         "vllm",
         "vLLM",
         "tested against real vLLM 0.32.0 CPU (tests/engines); reasoning and cache_salt from its "
-        "entrypoints/openai/chat_completion/protocol.py",
+        "entrypoints/openai/chat_completion/protocol.py; Responses/Messages fields from "
+        "entrypoints/openai/responses/protocol.py and entrypoints/anthropic/protocol.py",
         owned_by=("vllm", SIM_OWNED_BY),  # its /version answers {"version"} like many servers: no probe
         force_length=(("ignore_eos", FLAG), ("min_tokens", FLOOR)),
+        # ResponsesRequest has ignore_eos but no min_tokens; AnthropicMessagesRequest has neither
+        # (pydantic drops unknown fields): a Messages answer may stop early at EOS
+        force_length_on=(("responses", (("ignore_eos", FLAG),)), ("messages", ())),
         cache_salt=True,
         cached_tokens=f"usage.{_USAGE}",
         cached_tokens_flag="--enable-prompt-tokens-details",

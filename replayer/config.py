@@ -167,6 +167,14 @@ class ReplayConfig:
         flag_value=True,
         help="Respell recorded content from its shape so the target counts the recorded prompt lengths.",
     )
+    responses_state: str = option(
+        "chain",
+        choices=("chain", "expand"),
+        help=(
+            "Responses turns chained by previous_response_id: chain sends each with the id staging returned "
+            "to the session's previous turn; expand sends the whole history instead."
+        ),
+    )
     connect_timeout_ns: int = option(
         30 * NS_PER_S, flags=("--connect-timeout",), help="TCP connect timeout.", **duration()
     )

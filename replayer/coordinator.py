@@ -209,6 +209,7 @@ def _ready(
         seed=config.schedule.seed,
         fit_lengths=config.fit_lengths,
         model_map=config.model_map,
+        responses_state=config.responses_state,
     )
     synthesis = config.fit_lengths or not trace.has_content[plans.record_index].all()
     build_job = BuildJob(

@@ -31,6 +31,7 @@ class Prepared:
     peak_rss_mb: float  # of the process that built the bodies
     in_process: bool  # False: a short-lived process of its own (the tokenizer was needed)
     fit: dict | None = None  # prompts fitted to the target's count (replayer.plan.prompt_fit.FitStats)
+    responses_state: dict | None = None  # chained turns: the mode and how many were chained or expanded
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +65,10 @@ def write_requests(job: BuildJob) -> Prepared:
 
     from replayer.loop.process_memory import peak_rss_mb
     from replayer.loop.request_file import RequestFileWriter
+    from replayer.plan.chained_turns import chained_turns
     from replayer.plan.prompt_fit import PromptFitter
     from replayer.plan.request_builder import build_request
+    from replayer.plan.responses_state import EXPANDED
     from replayer.plan.schedule import copy_name
     from replayer.plan.trace_rows import stream_records
 
@@ -74,6 +77,7 @@ def write_requests(job: BuildJob) -> Prepared:
     tokenizer = _tokenizer(job) if job.synthesis or _counts_on_target(job.tokenizer) else None
     speller = _speller(tokenizer, job.block_size) if job.synthesis else None
     fitter = PromptFitter(tokenizer) if hasattr(tokenizer, "count_chat") else None
+    turns = chained_turns(job.trace_path, shards, build.responses_state)
     writers = [RequestFileWriter(s.tails_path, s.fields_path) for s in shards]
     try:
         rows, shard_of, index_of = _by_row(shards)
@@ -86,7 +90,9 @@ def write_requests(job: BuildJob) -> Prepared:
                 at += 1
                 shard = shards[s]
                 plan = shard.plans[index]
-                built = build_request(record, plan, build, speller, fitter)
+                sending = turns.sending(s, index) if turns is not None else 0
+                history = turns.history(record) if sending == EXPANDED else ()
+                built = build_request(record, plan, build, speller, fitter, sending, history)
                 headers = [("X-Request-Id", copy_name(record.request_id, plan.copy_index))]
                 if session_header and record.session_id is not None:
                     headers.append((session_header, copy_name(record.session_id, plan.copy_index)))
@@ -104,7 +110,8 @@ def write_requests(job: BuildJob) -> Prepared:
             writer.abort()
         raise
     fit = fitter.stats.as_dict() if fitter is not None else None
-    return Prepared(time.perf_counter() - started, peak_rss_mb(), speller is None, fit)
+    state = turns.summary if turns is not None else None
+    return Prepared(time.perf_counter() - started, peak_rss_mb(), speller is None, fit, state)
 
 
 def _by_row(shards: Sequence[Shard]):

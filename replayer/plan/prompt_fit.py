@@ -81,6 +81,12 @@ class PromptFitter:
         """(messages, tools) spelled so the target's count is `recorded`; `spell(correction)` respells."""
         return self._fit(recorded, layout, spell, lambda body: self.counter.count_chat(*body))
 
+    def fit_api(self, recorded: int, layout: tuple, spell: Callable[[int], tuple]) -> tuple:
+        """`spell(correction)` -> (the API's text, its chat messages, chat tools): the first spelled so
+        that the target counts its chat view as `recorded` (vLLM templates Responses and Messages
+        bodies as these chat messages)."""
+        return self._fit(recorded, layout, spell, lambda body: self.counter.count_chat(body[1], body[2]))
+
     def measure_chat(self, recorded: int, messages: list, tools: list | None) -> None:
         """Count recorded content on the target without changing it (reported before the clock)."""
         if len(self.stats.content_errors) >= MEASURE_MAX:

@@ -7,6 +7,7 @@ The output length is forced to the recorded completion length with the engine ro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -15,12 +16,15 @@ from llmreplay.engines import BY_NAME, FLAG, FLOOR
 from llmreplay.errors import BadInput
 from llmreplay.openai_wire.endpoints import REPLAY_PATHS
 from llmreplay.trace_format import SAMPLING_COLUMNS, TraceRecord
+from replayer.plan.api_bodies import API_BODIES, chat_view, tagged
 from replayer.plan.arrays import PlannedRequest
 from replayer.plan.prompt_fit import PromptFitter
 from replayer.plan.prompt_synthesis import BlockSpeller, copy_nonce
 
 ENDPOINT_PATHS = REPLAY_PATHS  # llmreplay.openai_wire.endpoints: a row there makes an endpoint replayable
 CANCEL_HEADROOM_TOKENS = 16
+# Messages requires max_tokens: a row that recorded neither an output nor a limit gets this one
+REQUIRED_LIMIT_TOKENS = 4096
 # Largest prompt a body is built for: beyond any engine's context (a synthesized body of this many
 # tokens is ~50 MB). Checked per row before the clock (replayer.plan.bounds) and again here.
 MAX_PROMPT_TOKENS = 10_000_000
@@ -42,6 +46,7 @@ class BuildOptions:
     seed: int = 0
     fit_lengths: bool = False  # recorded content is respelled from its shape to the target's counts
     model_map: tuple[tuple[str, str], ...] = ()  # --model-map (recorded, sent); "*": every row
+    responses_state: str = "chain"  # --responses-state (replayer.plan.responses_state)
 
     def model_for(self, recorded: str | None) -> str | None:
         return sent_model(recorded, self.model, self.model_map, self.default_model)
@@ -72,9 +77,12 @@ def build_request(
     options: BuildOptions,
     speller: BlockSpeller | None,
     fitter: PromptFitter | None = None,
+    sending: int = 0,
+    history: Sequence[TraceRecord] = (),
 ) -> BuiltRequest:
     """The request of one planned row; with a `fitter`, synthesized prompts are fitted to the
-    target's own count (replayer.plan.prompt_fit)."""
+    target's own count (replayer.plan.prompt_fit). `sending`, `history`: a chained Responses turn's
+    way of sending and the ancestors it is expanded with (replayer.plan.responses_state)."""
     path = ENDPOINT_PATHS.get(record.endpoint)
     if path is None:
         raise BadInput(f"request {record.request_id}: endpoint {record.endpoint!r} cannot be replayed")
@@ -93,6 +101,8 @@ def build_request(
     if salted:
         body["cache_salt"] = f"llmreplay-copy-{plan.copy_index}-{nonce:016x}"
     fit = fitter is not None and not content.has_content and record.prompt_tokens is not None
+    if record.endpoint in API_BODIES:
+        return _api_request(record, plan, options, content, body, path, fitter, sending, history)
     if record.endpoint == "chat_completions":
         tools = content.tools()
         if fit:
@@ -134,18 +144,71 @@ def under_grammar(body: dict) -> bool:
     return "response_format" in body or body.get("tool_choice") not in (None, "auto", "none")
 
 
-def length_fields(engine: str, wanted: int, cancels: bool = False, grammar: bool = False) -> dict:
-    """max_tokens and the engine row's length-forcing fields for `wanted` output tokens (only
-    max_tokens under a grammar where the row says forcing fails there)."""
-    fields: dict = {"max_tokens": wanted}
+def length_fields(
+    engine: str, wanted: int, cancels: bool = False, grammar: bool = False, endpoint: str = "chat_completions"
+) -> dict:
+    """The endpoint's length limit and the engine row's length-forcing fields there for `wanted` output
+    tokens (only the limit under a grammar where the row says forcing fails there)."""
+    api = API_BODIES.get(endpoint)
+    fields: dict = {api.limit_field if api else "max_tokens": wanted}
     row = BY_NAME[engine]
     if grammar and not row.forces_length_under_grammar:
         return fields
-    for name, kind in row.force_length:
+    for name, kind in row.length_forcing(endpoint):
         if kind == FLOOR and cancels:
             continue  # the engine must be free to stop where the recorded client hung up
         fields[name] = True if kind == FLAG else wanted
     return fields
+
+
+def _api_request(record, plan, options, content, body, path, fitter, sending, history) -> BuiltRequest:
+    """A Responses or Messages request (replayer.plan.api_bodies): the API's own fields, the
+    placeholder of a chained turn, its length limit and forcing fields, the sampling it has."""
+    from llmreplay.openai_wire.responses_api import PREVIOUS_RESPONSE_PLACEHOLDER
+    from replayer.plan.responses_state import CHAINED
+
+    row = API_BODIES[record.endpoint]
+    body.update(_api_prompt(row, record, content, fitter, sending, history))
+    if sending == CHAINED:
+        body["previous_response_id"] = PREVIOUS_RESPONSE_PLACEHOLDER
+    body["stream"] = record.stream
+    wanted = requested_tokens(record, plan)
+    if wanted is None and row.limit_field == "max_tokens":
+        wanted = REQUIRED_LIMIT_TOKENS
+    if wanted is not None:
+        cancels = plan.cancel_after_tokens is not None
+        grammar = row.under_grammar(body)
+        body.update(length_fields(options.engine, wanted, cancels, grammar, record.endpoint))
+    for name in row.sampling:
+        value = getattr(record, name)
+        if value is not None:
+            body[name] = value
+    return BuiltRequest(path, _json_bytes(body), record.stream, wanted)
+
+
+def _api_prompt(row, record, content, fitter, sending, history) -> dict:
+    """Recorded content as it was sent, or the shape spelled in the API's shape (fitted to the target's
+    count, except for a chained turn: the target holds its history, which no count can see)."""
+    from replayer.plan import api_request
+    from replayer.plan.responses_state import CHAINED
+
+    if content.has_content:
+        if record.content_messages is None:
+            raise BadInput(f"request {record.request_id}: a {record.endpoint} row without content_messages")
+        return api_request.content_fields(row, record, content._tag(), history)
+    speller = content._need_speller()
+    tools = api_request.synthesized_tools(row, speller, record, content.nonce)
+
+    def spell(correction: int) -> tuple:
+        spelled = api_request.spelled_turns(speller, record, content.nonce, correction, history)
+        return spelled, row.chat(spelled), api_request.chat_tools(tools)
+
+    if fitter is not None and record.prompt_tokens is not None and sending != CHAINED:
+        layout = ((record.endpoint, *(m.role for m in record.messages)), len(tools))
+        spelled = fitter.fit_api(record.prompt_tokens, layout, spell)[0]
+    else:
+        spelled = spell(0)[0]
+    return api_request.shape_fields(row, speller, record, content.nonce, spelled, tools)
 
 
 def _json_bytes(obj) -> bytes:
@@ -201,32 +264,18 @@ class _Content:
 
     def messages(self, correction: int = 0) -> list:
         if self.has_content and self.record.content_messages is not None:
-            messages = _loads(self.record, "content_messages", self.record.content_messages, list)
-            tag = self._tag()
-            if (
-                tag
-                and messages
-                and isinstance(messages[0], dict)
-                and isinstance(messages[0].get("content"), str)
-            ):
-                messages[0] = {**messages[0], "content": tag + messages[0]["content"]}
-            return messages
+            messages = load_column(self.record, "content_messages", self.record.content_messages, list)
+            return tagged(messages, self._tag())
         speller = self._need_speller()
         rec = self.record
         spelled = speller.messages(
             rec.messages, rec.prompt_tokens, rec.prefix_block_hashes, rec.request_id, self.nonce, correction
         )
-        out = []
-        for i, (role, text) in enumerate(spelled):
-            message = {"role": role, "content": text}
-            if role == "tool":
-                message["tool_call_id"] = f"call_{i}"
-            out.append(message)
-        return out
+        return chat_view(spelled)
 
     def prompt(self) -> object:
         if self.has_content and self.record.content_prompt is not None:
-            prompt = _loads(self.record, "content_prompt", self.record.content_prompt, (str, list))
+            prompt = load_column(self.record, "content_prompt", self.record.content_prompt, (str, list))
             return self._tag() + prompt if isinstance(prompt, str) else prompt
         return self.prompt_text()
 
@@ -249,7 +298,7 @@ class _Content:
     def tools(self) -> list | None:
         rec = self.record
         if self.has_content and rec.content_tools is not None:
-            return _loads(rec, "content_tools", rec.content_tools, list) or None
+            return load_column(rec, "content_tools", rec.content_tools, list) or None
         if rec.tools_count <= 0 or self.has_content:
             return None
         speller = self._need_speller()
@@ -269,7 +318,7 @@ class _Content:
     def response_format(self) -> dict | None:
         rec = self.record
         if self.has_content and rec.content_response_format is not None:
-            return _loads(rec, "content_response_format", rec.content_response_format, dict)
+            return load_column(rec, "content_response_format", rec.content_response_format, dict)
         if rec.structured_output == "json_object":
             return {"type": "json_object"}
         if rec.structured_output == "json_schema":
@@ -303,7 +352,8 @@ def _check_synthesized_size(record: TraceRecord) -> None:
             )
 
 
-def _loads(record: TraceRecord, column: str, text: str, kind) -> object:
+def load_column(record: TraceRecord, column: str, text: str, kind) -> object:
+    """A content column's JSON value, checked to be of `kind`; BadInput naming the row and column."""
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
