@@ -25,11 +25,12 @@ import pyarrow.parquet as pq
 from llmreplay.errors import BadInput
 from llmreplay.output_paths import write_atomic
 from llmreplay.trace_arrow import arrow_type
+from llmreplay.trace_format import BOOL, INT16, INT32, INT64, STRING, TIMESTAMP, version_tuple
 from llmreplay.trace_format import COLUMNS as TRACE_COLUMNS
-from llmreplay.trace_format import INT16, INT32, INT64, STRING, TIMESTAMP, version_tuple
 
-# Version rule: MAJOR.MINOR. A minor only adds nullable columns (`since` on the column) and run.json keys.
-RUN_FORMAT_VERSION = "1.3"
+# Version rule: MAJOR.MINOR. A minor only adds columns (`since` on the column; older runs read null or the
+# default) and run.json keys.
+RUN_FORMAT_VERSION = "1.4"
 READABLE_MAJOR_VERSIONS = (1,)
 OLDEST_VERSION = "1.0"  # what a run that states no version is (written before the version was)
 METADATA_KEY = b"llmreplay.run"  # results.parquet's footer: JSON {"run_format_version": ...}
@@ -101,6 +102,9 @@ class ResultRow:
     # description (stream cut, bad JSON, ...); secrets scrubbed (llmreplay.redaction). Null on success.
     error_detail: str | None = column(STRING, None, since="1.1")
     recorded_model: str | None = column(STRING, None, since="1.3")  # the trace's; `model`: as sent
+    # The run's phases (replayer.plan.phases); an older run reads warmup False and loop 0.
+    warmup: bool = column(BOOL, False, since="1.4")  # replayed before the measured window: in no verdict
+    loop: int = column(INT32, 0, since="1.4")  # the --soak loop (0 without --soak)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +116,7 @@ class ResultColumn:
     nullable: bool
     made_by: str  # TRACE, OUTCOME or MERGE
     since: str  # the run format version that added it
+    fill: Any = None  # what a run older than `since` reads (a column that is never null: its default)
 
 
 def _columns() -> tuple[ResultColumn, ...]:
@@ -120,7 +125,8 @@ def _columns() -> tuple[ResultColumn, ...]:
     for f in dataclasses.fields(ResultRow):
         spec = dict(f.metadata["column"])
         spec["type"] = spec["type"] or trace_types[f.name]
-        found.append(ResultColumn(name=f.name, nullable=f.default is None, **spec))
+        fill = None if f.default is _REQUIRED else f.default
+        found.append(ResultColumn(name=f.name, nullable=f.default is None, fill=fill, **spec))
     return tuple(found)
 
 
@@ -205,6 +211,8 @@ class RunInfo:
     server_metrics: dict[str, Any] | None
     summary: dict[str, Any]  # the run's verdict (replayer.results.summary)
     preflight: dict[str, Any] | None = None  # since 1.3: the target checked before the clock; null: skipped
+    # since 1.4: warm-up, measured window and soak loops (planned, completed); replayer.plan.phases
+    phases: dict[str, Any] | None = None
     run_format_version: str = RUN_FORMAT_VERSION
 
 
@@ -257,13 +265,16 @@ def check_run_format_version(version: object, where: str) -> None:
 
 def conform_results(table: pa.Table, version: str, where: str) -> pa.Table:
     """A results table of run format `version` in RESULT_SCHEMA: columns a later minor added read as
-    nulls; any other missing column, or values that do not fit, are bad input."""
+    nulls (or their default, for one that is never null); any other missing column, or values that do not fit, are bad input."""
     for c, f in zip(RESULT_COLUMNS, RESULT_SCHEMA, strict=True):
         if c.name in table.column_names:
             continue
         if version_tuple(c.since) <= version_tuple(version):
             raise BadInput(f"{where}: column '{c.name}' is missing (not a llmreplay results file?)")
-        table = table.append_column(pa.field(c.name, f.type), pa.nulls(table.num_rows, f.type))
+        filled = pa.nulls(table.num_rows, f.type)
+        if c.fill is not None:
+            filled = pc.fill_null(filled, pa.scalar(c.fill, f.type))
+        table = table.append_column(pa.field(c.name, f.type), filled)
     try:
         return table.select(RESULT_SCHEMA.names).cast(RESULT_SCHEMA)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
@@ -271,14 +282,17 @@ def conform_results(table: pa.Table, version: str, where: str) -> pa.Table:
 
 
 def _check_unique_requests(table: pa.Table, where: str) -> None:
-    """Every row names the trace request it replays, and each (request, copy) is there once."""
+    """Every row names the trace request it replays, and each (request, copy, loop) is there once."""
     if table.column("source_request_id").null_count:
         raise BadInput(f"{where}: column 'source_request_id' has missing values")
     keys = pc.binary_join_element_wise(
-        table.column("source_request_id"), pc.cast(table.column("copy_index"), pa.string()), "#"
+        table.column("source_request_id"),
+        pc.cast(table.column("copy_index"), pa.string()),
+        pc.cast(table.column("loop"), pa.string()),
+        "#",
     )
     if pc.count_distinct(keys).as_py() != table.num_rows:
-        raise BadInput(f"{where}: duplicate (source_request_id, copy_index) rows")
+        raise BadInput(f"{where}: duplicate (source_request_id, copy_index, loop) rows")
 
 
 def _results_version(metadata: dict[bytes, bytes] | None, where: str) -> str | None:

@@ -92,6 +92,23 @@ class ScheduleConfig:
         flag_value=False,
         help="Do not mirror production client disconnects.",
     )
+    warmup_ns: int = option(
+        0,
+        flags=("--warmup",),
+        help="Replay this much of the trace before the measured window first, left out of every verdict.",
+        **duration(allow_zero=True),
+    )
+    soak_ns: int | None = option(
+        None,
+        flags=("--soak",),
+        help="Replay the measured window in a loop for this long (each loop with fresh nonces).",
+        **duration(),
+    )
+    soak_keep_sharing: bool = option(
+        False,
+        flag_value=True,
+        help="With --soak: every loop sends the same prompts (caches shared across loops).",
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from replayer.loop.runner import USER_AGENT, LoopSettings
 from replayer.loop.worker import WorkerJob
 from replayer.plan.arrays import int64_array
 from replayer.plan.bounds import check_prompt_sizes, check_span, within_duration
+from replayer.plan.phases import Phases, completed_loops
 from replayer.plan.prepare import BuildJob, Shard, prepare_bodies
 from replayer.plan.request_builder import ENDPOINT_PATHS, BuildOptions, sent_model
 from replayer.plan.schedule import Schedule, ScheduleInput, build_schedule, schedule_input
@@ -79,6 +80,7 @@ class Planned:
     beyond_duration: int  # plans past --duration: never built, never sent
     idle_removed_ns: int
     span_ns: int
+    phases: Phases = Phases()  # warm-up and --soak loops
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +97,7 @@ class Ready:
     beyond_duration: int
     idle_removed_ns: int
     span_ns: int
+    phases: Phases = Phases()
 
 
 def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
@@ -105,6 +108,7 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
     target = _check_target(config, base_url, planned)
     preflight = preflight_target(config, target, planned.trace.table, planned.plans.record_index, console)
     lengths = _prompt_lengths(config, planned, target, console)
+    _note_short_warmup(planned.phases, config, console)
     if target.metrics_warning and console is not None and not config.quiet:  # once every check has passed
         console.print(f"warning: {target.metrics_warning}", markup=False, highlight=False, soft_wrap=True)
     ready = _ready(config, planned, target, lengths, _claim(run_dir))
@@ -121,6 +125,7 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
     if execution.scraper is not None:
         execution.scraper.write(run_dir / SERVER_METRICS_FILE)
     info = _run_info(config, ready, execution, summary, result_rows, preflight)
+    info = dataclasses.replace(info, phases=_phases_info(ready, run_dir))
     write_run_info(run_dir, info)
     return _outcome(run_dir, info)
 
@@ -147,6 +152,7 @@ def _plan(config: ReplayConfig) -> Planned:
     keep = supported[schedule.record_index]
     planned, window_rows = len(schedule), schedule.source_rows
     idle_removed_ns, span_ns = schedule.idle_removed_ns, schedule.trace_span_ns
+    phases = schedule.phases
     plans = schedule.take(keep)
     del schedule
     plans, beyond_duration = within_duration(plans, config.duration_ns)  # never built, never sent
@@ -156,7 +162,16 @@ def _plan(config: ReplayConfig) -> Planned:
     check_prompt_sizes(trace.table, plans.record_index, str(config.trace_path))
     unsupported = planned - int(keep.sum())
     return Planned(
-        trace, rows, plans, window_rows, planned, unsupported, beyond_duration, idle_removed_ns, span_ns
+        trace,
+        rows,
+        plans,
+        window_rows,
+        planned,
+        unsupported,
+        beyond_duration,
+        idle_removed_ns,
+        span_ns,
+        phases,
     )
 
 
@@ -168,7 +183,9 @@ def _check_target(config: ReplayConfig, base_url: str, planned: Planned) -> Targ
     return target
 
 
-def _prompt_lengths(config: ReplayConfig, planned: Planned, target: TargetInfo, console) -> TokenizerChoice | None:
+def _prompt_lengths(
+    config: ReplayConfig, planned: Planned, target: TargetInfo, console
+) -> TokenizerChoice | None:
     """How prompts will be spelled for the target (replayer.target_tokenizer); None: recorded content only."""
     trace = planned.trace
     synthesis = config.fit_lengths or not trace.has_content[planned.plans.record_index].all()
@@ -210,6 +227,8 @@ def _ready(
         fit_lengths=config.fit_lengths,
         model_map=config.model_map,
         responses_state=config.responses_state,
+        loop_stride=planned.phases.loop_stride,
+        soak_keep_sharing=planned.phases.soak_keep_sharing,
     )
     synthesis = config.fit_lengths or not trace.has_content[plans.record_index].all()
     build_job = BuildJob(
@@ -240,6 +259,7 @@ def _ready(
         planned.beyond_duration,
         planned.idle_removed_ns,
         planned.span_ns,
+        planned.phases,
     )
 
 
@@ -259,7 +279,13 @@ def _merge(config: ReplayConfig, ready: Ready, execution: Execution, run_dir: Pa
         for j in ready.jobs
     ]
     result_rows = merge_worker_results(
-        parts, ready.trace, execution.start_mono_ns, _local_tokenizer(config), run_dir / RESULTS_FILE, ready.parts
+        parts,
+        ready.trace,
+        execution.start_mono_ns,
+        _local_tokenizer(config),
+        run_dir / RESULTS_FILE,
+        ready.parts,
+        ready.phases,
     )
     for job in ready.jobs:
         for path in (job.results_path, partial_path(Path(job.results_path)), job.tails_path, job.fields_path):
@@ -283,7 +309,9 @@ def _run_info(
         config=config.public_dict(),
         target=RunTarget(target.base_url, target.engine, target.detected_from, list(target.models)),
         trace=RunTrace(str(config.trace_path), [str(f) for f in trace.files], dataclasses.asdict(trace.meta)),
-        tokenizer=ready.lengths.spec if ready.lengths is not None else _local_tokenizer(config) or DEFAULT_TOKENIZER,
+        tokenizer=ready.lengths.spec
+        if ready.lengths is not None
+        else _local_tokenizer(config) or DEFAULT_TOKENIZER,
         versions=_versions(),
         machine=RunMachine.this_one(),
         started_unix_ns=execution.started_unix_ns,
@@ -302,6 +330,30 @@ def _run_info(
         summary=summary,
         preflight=None if preflight is None else preflight.as_dict(),
     )
+
+
+def _note_short_warmup(phases: Phases, config: ReplayConfig, console) -> None:
+    """Say once that the trace starts too soon for the whole warm-up asked for."""
+    if phases.warmup_s < phases.asked_warmup_s and console is not None and not config.quiet:
+        console.print(
+            f"note: --warmup {phases.asked_warmup_s:g}s: only {phases.warmup_s:g}s of the trace lie before the "
+            "measured window; the warm-up is that much shorter",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _phases_info(ready: Ready, run_dir: Path) -> dict:
+    """run.json's `phases`: the warm-up, the measured window and the soak loops planned and completed."""
+    import pyarrow.parquet as pq
+
+    stride = ready.phases.loop_stride
+    copies = np.concatenate([np.frombuffer(job.plans.copy_index, np.int64) for job in ready.jobs])
+    planned = copies // stride if stride else np.zeros(len(copies), np.int64)
+    done = pq.read_table(run_dir / RESULTS_FILE, columns=["loop"]).column("loop")
+    result_loops = np.asarray(done.to_numpy(), dtype=np.int64)
+    return {**ready.phases.as_dict(), "loops_completed": completed_loops(planned, result_loops)}
 
 
 def _local_tokenizer(config: ReplayConfig) -> str | None:

@@ -145,6 +145,8 @@ def write_run(
         "requested_completion_tokens": a["completion_tokens"].tolist(),
         "error_detail": [details.get(i) if f else None for i, f in enumerate(failed)],
         "recorded_model": a["model"].tolist(),
+        "warmup": [False] * n,
+        "loop": [0] * n,
     }
     table = pa.table(columns, schema=RESULT_SCHEMA)
     run_dir.mkdir(parents=True, exist_ok=True)

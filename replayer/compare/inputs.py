@@ -5,6 +5,7 @@ Everything downstream (replayer.compare.sides and the reports) receives a `Side`
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ class Side:
     table: pa.Table
     config: dict[str, Any] = field(default_factory=dict)  # run.json, or the trace's file metadata
     clock_domain: str = "client"
+    warmup: pa.Table | None = None  # a run's warm-up rows, kept out of `table` and every verdict (loaded: a
+    # table, empty for a trace or a run without --warmup)
 
     @property
     def join_key(self) -> str:
@@ -64,7 +67,10 @@ def _results_path(root: Path) -> Path | None:
 
 def _load_run(results: Path, label: str) -> Side:
     table, run_json = read_run(results, label)
-    return Side(label, results.parent, RUN, table, run_json, "client")
+    warm = table.column("warmup")
+    return Side(
+        label, results.parent, RUN, table.filter(pc.invert(warm)), run_json, "client", table.filter(warm)
+    )
 
 
 def _load_trace(root: Path, label: str) -> Side:
@@ -84,7 +90,8 @@ def _load_trace(root: Path, label: str) -> Side:
         "creator": f"{trace.meta.creator} {trace.meta.creator_version}".strip(),
         "files": [str(f) for f in trace.files],
     }
-    return Side(label, root, TRACE, trace.table, meta, trace.meta.clock_domain or "gateway")
+    domain = trace.meta.clock_domain or "gateway"
+    return Side(label, root, TRACE, trace.table, meta, domain, trace.table.slice(0, 0))
 
 
 def shift_latencies(side: Side, offset_ns: int) -> Side:
@@ -103,4 +110,4 @@ def shift_latencies(side: Side, offset_ns: int) -> Side:
                 )
             shifted = pc.subtract(table.column(name), offset_ns)
             table = table.set_column(table.schema.get_field_index(name), name, pc.cast(shifted, pa.int64()))
-    return Side(side.label, side.path, side.kind, table, side.config, side.clock_domain)
+    return dataclasses.replace(side, table=table)

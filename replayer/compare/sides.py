@@ -6,6 +6,8 @@ interrupted replay, or different loads (the verdict is replayer.compare.verdict'
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -196,7 +198,7 @@ def _restrict_to_common(baseline: Side, candidate: Side) -> tuple[Side, Side, di
 
 
 def _filter(side: Side, mask) -> Side:
-    return Side(side.label, side.path, side.kind, side.table.filter(mask), side.config, side.clock_domain)
+    return dataclasses.replace(side, table=side.table.filter(mask))
 
 
 def _paired_indices(b: RequestColumns, c: RequestColumns) -> tuple[np.ndarray, np.ndarray]:
@@ -234,7 +236,11 @@ def _shared_resamples(clusters: int, config: CompareConfig, rng) -> np.ndarray |
 
 
 def _errors_section(
-    b_req: RequestColumns | None, c_req: RequestColumns, config: CompareConfig, rng, c_label: str = "candidate"
+    b_req: RequestColumns | None,
+    c_req: RequestColumns,
+    config: CompareConfig,
+    rng,
+    c_label: str = "candidate",
 ) -> dict:
     """Counts by kind and the commonest messages of each side; the candidate's error rate against
     --max-error-rate, and its change from the baseline's (significant and over the tolerance fails)."""

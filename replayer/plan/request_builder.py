@@ -18,6 +18,7 @@ from llmreplay.openai_wire.endpoints import REPLAY_PATHS
 from llmreplay.trace_format import SAMPLING_COLUMNS, TraceRecord
 from replayer.plan.api_bodies import API_BODIES, chat_view, tagged
 from replayer.plan.arrays import PlannedRequest
+from replayer.plan.phases import prompt_copy
 from replayer.plan.prompt_fit import PromptFitter
 from replayer.plan.prompt_synthesis import BlockSpeller, copy_nonce
 
@@ -47,6 +48,8 @@ class BuildOptions:
     fit_lengths: bool = False  # recorded content is respelled from its shape to the target's counts
     model_map: tuple[tuple[str, str], ...] = ()  # --model-map (recorded, sent); "*": every row
     responses_state: str = "chain"  # --responses-state (replayer.plan.responses_state)
+    loop_stride: int = 0  # --soak: plan copy = loop * loop_stride + copy (replayer.plan.phases)
+    soak_keep_sharing: bool = False  # every loop spells its prompts as loop 0 does
 
     def model_for(self, recorded: str | None) -> str | None:
         return sent_model(recorded, self.model, self.model_map, self.default_model)
@@ -89,17 +92,20 @@ def build_request(
     model = options.model_for(record.model)
     if not model:
         raise BadInput(f"request {record.request_id}: no model in the trace; pass --model")
-    nonce = copy_nonce(plan.copy_index, options.seed)
+    copy = prompt_copy(plan.copy_index, options.loop_stride, options.soak_keep_sharing)
+    nonce = copy_nonce(copy, options.seed)
     # A copy is kept out of the original's prefix cache by `cache_salt` where the engine takes it
     # (no prompt token added); elsewhere recorded content gets a tag in front.
     salted = bool(nonce) and BY_NAME[options.engine].cache_salt
-    content = _Content(record, plan, speller, nonce, tag_copies=not salted, respell=options.fit_lengths)
+    content = _Content(
+        record, plan, speller, nonce, tag_copies=not salted, respell=options.fit_lengths, copy=copy
+    )
     if record.endpoint == "embeddings":
         body = {"model": model, "input": content.prompt_text()}
         return BuiltRequest(path, _json_bytes(body), False, None)
     body: dict = {"model": model}
     if salted:
-        body["cache_salt"] = f"llmreplay-copy-{plan.copy_index}-{nonce:016x}"
+        body["cache_salt"] = f"llmreplay-copy-{copy}-{nonce:016x}"
     fit = fitter is not None and not content.has_content and record.prompt_tokens is not None
     if record.endpoint in API_BODIES:
         return _api_request(record, plan, options, content, body, path, fitter, sending, history)
@@ -237,9 +243,11 @@ class _Content:
         nonce: int,
         tag_copies: bool = True,
         respell: bool = False,
+        copy: int | None = None,  # the copy whose prompts are sent (--soak-keep-sharing); None: the plan's
     ):
         self.record = record
         self.plan = plan
+        self.copy = plan.copy_index if copy is None else copy
         self.speller = speller
         self.nonce = nonce
         self.tag_copies = tag_copies
@@ -260,7 +268,7 @@ class _Content:
     def _tag(self) -> str:
         # Copies of recorded content get a per-copy tag in front, so they share no cache prefix with
         # the original (costs a few prompt tokens).
-        return f"[copy {self.plan.copy_index}:{self.nonce & 0xFFFFFF:06x}] " if self.nonce and self.tag_copies else ""
+        return f"[copy {self.copy}:{self.nonce & 0xFFFFFF:06x}] " if self.nonce and self.tag_copies else ""
 
     def messages(self, correction: int = 0) -> list:
         if self.has_content and self.record.content_messages is not None:

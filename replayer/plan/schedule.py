@@ -7,6 +7,7 @@ a million objects (replayer.plan.arrays makes a plan readable one at a time, for
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ from llmreplay.errors import BadInput
 from llmreplay.trace_format import SCHEDULE_COLUMNS
 from replayer.config import ScheduleConfig
 from replayer.plan.arrays import NONE, PLAN_COLUMNS, PlanArrays, int64_array
+from replayer.plan.phases import Phases, loop_span_ns, loops_for, trace_window
 
 CANCEL_KIND = "client_disconnected"
 MAX_PLANNED_REQUESTS = 100_000_000  # ~50 bytes a plan while planning, more while building bodies
@@ -86,6 +88,7 @@ class Schedule:
     idle_removed_ns: int = 0  # time cut out by --max-idle-gap (trace time, before speed)
     trace_span_ns: int = 0  # first to last selected arrival, after gap removal and speed
     source_rows: int = 0  # trace rows in the window, before --scale
+    phases: Phases = Phases()  # the warm-up and the --soak loops (replayer.plan.phases)
 
     def __len__(self) -> int:
         return len(self.record_index)
@@ -98,6 +101,7 @@ class Schedule:
             idle_removed_ns=self.idle_removed_ns,
             trace_span_ns=self.trace_span_ns,
             source_rows=self.source_rows,
+            phases=self.phases,
         )
 
     def plans(self) -> PlanArrays:
@@ -116,29 +120,31 @@ def _empty() -> Schedule:
 
 
 def build_schedule(rows: ScheduleInput, config: ScheduleConfig) -> Schedule:
-    """Select, compress, scale time and load; sorted by due offset (ties keep trace order)."""
+    """Select, compress, scale time and load, add the warm-up and the soak loops; sorted by due offset
+    (ties keep trace order). Offset 0 is the warm-up's start (without one, the first request)."""
     _check(config)
     if len(rows) == 0:
         return _empty()
     offsets_ns = (rows.arrival_time_us - rows.arrival_time_us[0]) * 1000
-    window = np.ones(len(rows), bool)
-    if config.from_offset_ns is not None:
-        window &= offsets_ns >= config.from_offset_ns
-    if config.to_offset_ns is not None:
-        window &= offsets_ns < config.to_offset_ns
-    chosen = np.flatnonzero(window)
+    window = trace_window(config.from_offset_ns, config.to_offset_ns, config.warmup_ns)
+    selected = offsets_ns >= window.warm_from_ns
+    if window.to_ns is not None:
+        selected &= offsets_ns < window.to_ns
+    measured = selected & (offsets_ns >= window.measured_from_ns)
+    warm = np.flatnonzero(selected & ~measured)
+    chosen_measured = np.flatnonzero(measured)
     if config.limit is not None:
-        chosen = chosen[: config.limit]
-    if len(chosen) == 0:
+        chosen_measured = chosen_measured[: config.limit]
+    if len(chosen_measured) == 0:
         return _empty()
+    chosen = np.concatenate((warm, chosen_measured))
     if config.scale * len(chosen) > MAX_PLANNED_REQUESTS:
         raise BadInput(
             f"--scale {config.scale:g}: would plan about {config.scale * len(chosen):,.0f} requests from "
             f"{len(chosen):,} rows (at most {MAX_PLANNED_REQUESTS:,} fit in memory); lower --scale or cut the window"
         )
-    compressed, removed_ns = compress_idle_gaps(
-        offsets_ns[chosen] - offsets_ns[chosen[0]], config.max_idle_gap_ns
-    )
+    zero_ns = window.warm_from_ns if config.warmup_ns else offsets_ns[chosen[0]]
+    compressed, removed_ns = compress_idle_gaps(offsets_ns[chosen] - zero_ns, config.max_idle_gap_ns)
     think = rows.think_time_ns[chosen]
     cancel_tokens = np.full(len(chosen), NONE, np.int64)
     cancel_ns = np.full(len(chosen), NONE, np.int64)
@@ -168,16 +174,67 @@ def build_schedule(rows: ScheduleInput, config: ScheduleConfig) -> Schedule:
         cancel_after_ns=cancel_ns,
     )
     scaled = scale_load(base, rows.session_keys, config.scale, config.seed, config.copy_jitter_ns)
-    order = np.argsort(scaled.scheduled_offset_ns, kind="stable")
-    due = scaled.scheduled_offset_ns
+    start_ns = round(window.warmup_ns / config.speed) if config.warmup_ns else 0
+    first_measured = int(chosen_measured[0])
+    looped, phases = soak_loops(scaled, first_measured, start_ns, config)
+    phases = dataclasses.replace(
+        phases,
+        warmup_s=window.warmup_ns / 1e9,
+        asked_warmup_s=window.asked_warmup_ns / 1e9,
+        measured_from_s=window.measured_from_ns / 1e9,
+        measured_to_s=None if window.to_ns is None else window.to_ns / 1e9,
+    )
+    order = np.argsort(looped.scheduled_offset_ns, kind="stable")
+    due = looped.scheduled_offset_ns
     span = int(due.max() - due.min()) if len(due) else 0
-    sorted_plans = scaled.take(order)
+    sorted_plans = looped.take(order)
     return Schedule(
         **{name: getattr(sorted_plans, name) for name in PLAN_COLUMNS},
         idle_removed_ns=removed_ns,
         trace_span_ns=span,
         source_rows=len(chosen),
+        phases=phases,
     )
+
+
+def soak_loops(
+    scaled: Schedule, first_measured: int, start_ns: int, config: ScheduleConfig
+) -> tuple[Schedule, Phases]:
+    """Without --soak the schedule as it is; with it, the measured plans again and again, loop k
+    shifted by k loop spans and its copies numbered `k * stride + copy`, cut at the soak's end."""
+    phases = Phases(
+        measured_start_offset_s=start_ns / 1e9,
+        first_measured_record=first_measured,
+        soak_keep_sharing=config.soak_keep_sharing,
+    )
+    if config.soak_ns is None:
+        return scaled, phases
+    measured = np.flatnonzero(scaled.record_index >= first_measured)
+    span = loop_span_ns(scaled.scheduled_offset_ns[measured])
+    loops = loops_for(config.soak_ns, span)
+    stride = int(scaled.copy_index.max()) + 1
+    if loops * len(measured) > MAX_PLANNED_REQUESTS:
+        raise BadInput(
+            f"--soak {format_duration(config.soak_ns)}: {loops:,} loops of {len(measured):,} requests would plan more "
+            f"than {MAX_PLANNED_REQUESTS:,}; shorten --soak or lengthen the window"
+        )
+    pieces = [scaled]
+    for loop in range(1, loops):
+        again = scaled.take(measured)
+        pieces.append(
+            dataclasses.replace(
+                again,
+                copy_index=again.copy_index + loop * stride,
+                scheduled_offset_ns=again.scheduled_offset_ns + loop * span,
+            )
+        )
+    columns = {name: np.concatenate([getattr(p, name) for p in pieces]) for name in PLAN_COLUMNS}
+    keep = columns["scheduled_offset_ns"] < start_ns + config.soak_ns  # the warm-up lies before it
+    looped = Schedule(**{name: values[keep] for name, values in columns.items()})
+    soak = dataclasses.replace(
+        phases, loop_stride=stride, loop_span_s=span / 1e9, soak_s=config.soak_ns / 1e9, loops_planned=loops
+    )
+    return looped, soak
 
 
 def _check(config: ScheduleConfig) -> None:

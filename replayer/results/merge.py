@@ -24,6 +24,7 @@ from replayer.loop.request_file import RequestFields, read_fields, tail_body
 from replayer.loop.result_spool import outcome_of, read_spool
 from replayer.loop.runner import Sent
 from replayer.plan.arrays import PlanArrays
+from replayer.plan.phases import Phases, loop_name, split_copy
 from replayer.plan.schedule import copy_name
 from replayer.plan.trace_rows import TraceRows
 from replayer.results.sorted_rows import SortedResultsWriter, bucket_bounds
@@ -63,12 +64,14 @@ def merge_worker_results(
     tokenizer: str | None,
     path: Path,
     spill_dir: Path,
+    phases: Phases | None = None,
 ) -> int:
     """Write every worker's results to `path` (results.parquet), sorted by schedule; returns the rows.
     `trace`: the trace rows plan.record_index refers to. Holds a batch of rows and one bucket of the
     sort at a time (replayer.results.sorted_rows), not the run.
 
-    A worker that never started or died leaves no results file: its requests are simply absent."""
+    A worker that never started or died leaves no results file: its requests are simply absent.
+    `phases`: which plans are warm-up and which soak loop each is in (None: neither)."""
     count_tokens = _LazyTokenCounter(tokenizer)
     clock = RunClock.now(start_ns or 0)
     bounds = bucket_bounds(part.plans.scheduled_offset_ns for part in parts)
@@ -80,7 +83,7 @@ def merge_worker_results(
             built = SentRequests(read_fields(part.fields_path), part.tails_path)
             for batch in _sent_batches(part):
                 records = trace.records([item.plan.record_index for item in batch])
-                rows = result_rows(batch, records, built, part.worker, clock, count_tokens)
+                rows = result_rows(batch, records, built, part.worker, clock, count_tokens, phases)
                 writer.write(result_table(rows))
         writer.close()
     except BaseException:
@@ -141,12 +144,13 @@ def result_rows(
     worker: int,
     clock: RunClock,
     count_tokens=None,
+    phases: Phases | None = None,
 ) -> list[ResultRow]:
     """One row per request; `records[i]`: the trace row of `sent[i]` (a dict of its columns);
     `count_tokens(text) -> int` fills in counts the server did not report."""
     rows = []
     for item, record in zip(sent, records, strict=True):
-        row = _planned(item, record, built.fields, worker, clock)
+        row = _planned(item, record, built.fields, worker, clock, phases or Phases())
         if item.shed:
             row.error_kind = "shed_by_client"
         else:
@@ -155,17 +159,22 @@ def result_rows(
     return rows
 
 
-def _planned(item: Sent, record: dict, fields: RequestFields, worker: int, clock: RunClock) -> ResultRow:
+def _planned(
+    item: Sent, record: dict, fields: RequestFields, worker: int, clock: RunClock, phases: Phases
+) -> ResultRow:
     """The row as far as the plan, the trace and the request sent tell it."""
     plan = item.plan
     session_id = record["session_id"]
+    loop, copy = split_copy(plan.copy_index, phases.loop_stride)
     return ResultRow(
         **{name: record[name] for name in TRACE_COPIED},
-        request_id=copy_name(record["request_id"], plan.copy_index),
-        session_id=None if session_id is None else copy_name(session_id, plan.copy_index),
+        request_id=loop_name(copy_name(record["request_id"], copy), loop),
+        session_id=None if session_id is None else loop_name(copy_name(session_id, copy), loop),
         model=fields.model(plan.index),
         source_request_id=record["request_id"],
-        copy_index=plan.copy_index,
+        copy_index=copy,
+        loop=loop,
+        warmup=loop == 0 and plan.record_index < phases.first_measured_record,
         worker=worker,
         scheduled_offset_ns=plan.scheduled_offset_ns,
         session_wait_ns=max(0, item.due_ns - (clock.start_ns + plan.scheduled_offset_ns)),

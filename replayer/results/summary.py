@@ -38,6 +38,7 @@ COLUMNS = tuple(
             "session_wait_ns",
             *(column for m in METRICS if not m.per_gap for column in m.columns),
             "error_detail",
+            "warmup",
         )
     )
 )
@@ -65,9 +66,9 @@ def summarize_file(
     never_attempted: int = 0,
     stop_reason: str | None = None,
 ) -> dict:
-    """`summarize` of a run's results file, holding its per-request columns but not every
-    inter-chunk gap (the ITL percentiles are computed in passes over the file, exactly)."""
-    table = pq.read_table(path, columns=list(COLUMNS))
+    """`summarize` of a run's measured rows (warm-up rows are in no verdict), holding its per-request
+    columns but not every inter-chunk gap (the ITL percentiles are computed in passes over the file, exactly)."""
+    table = measured_rows(pq.read_table(path, columns=list(COLUMNS)))
     return summarize(table, limits, max_error_rate, never_attempted, stop_reason, itl_summary_ms(path))
 
 
@@ -75,13 +76,20 @@ def itl_summary_ms(path: Path) -> dict:
     """The ITL entry of latency_summary_ms for the sent requests of a results file, streamed."""
 
     def passes():
-        columns = ["sent_offset_ns", "error_kind", "http_status", "chunk_offsets_ns"]
+        columns = ["sent_offset_ns", "error_kind", "http_status", "chunk_offsets_ns", "warmup"]
         for batch in pq.ParquetFile(path).iter_batches(ITL_BATCH_ROWS, columns=columns):
-            table = pa.Table.from_batches([batch])
+            table = measured_rows(pa.Table.from_batches([batch]))
             yield itl_values_ns(table.filter(pc.is_valid(table.column("sent_offset_ns"))))
 
     count, points = streamed_percentiles(passes, PERCENTILES, scale=1e6)
     return {"count": count, **points}
+
+
+def measured_rows(table: pa.Table) -> pa.Table:
+    """The rows of the measured window: a run's warm-up rows (run format 1.4) dropped."""
+    if "warmup" not in table.column_names:
+        return table
+    return table.filter(pc.invert(pc.fill_null(table.column("warmup"), False)))
 
 
 def summarize(

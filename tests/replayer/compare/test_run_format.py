@@ -9,6 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -41,12 +42,14 @@ GOLDEN = sorted((ROOT / "samples" / "golden").glob("run-v*"))
 # --target SIM --model sim-model --speed 20` against `llmreplay sim --profile fast --error-rate 0.2
 # --seed 3`; hostname and run_dir rewritten. v1.0 by llmreplay before error_detail, v1.1 after;
 # v1.2 replays trace-v1.2.parquet, the sim also given --reasoning-tokens 4; v1.3 the same, with its preflight
-# (its recorded_model column added from trace-v1.2's model of each source_request_id).
+# (its recorded_model column added from trace-v1.2's model of each source_request_id); v1.4 the same run
+# as v1.3 with `--warmup 10s` (its first 5 rows are the warm-up: side.table holds the 16 measured ones).
 EXPECTED = {
     "run-v1.0": {"rows": 21, "failed": 9, "details": 0},
     "run-v1.1": {"rows": 21, "failed": 9, "details": 9},
     "run-v1.2": {"rows": 21, "failed": 9, "details": 9},
     "run-v1.3": {"rows": 21, "failed": 9, "details": 9},
+    "run-v1.4": {"rows": 16, "failed": 8, "details": 8, "warmup": 5},
 }
 
 
@@ -66,6 +69,10 @@ def test_golden_run_reads(path):
     assert side.table.num_rows == expected["rows"] and sum(k is not None for k in kinds) == expected["failed"]
     assert sum(d is not None for d in details) == expected["details"]  # 1.0 reads error_detail as nulls
     assert all((d is None) or ("simulated engine failure" in d) for d in details)
+    assert side.warmup.num_rows == expected.get("warmup", 0)  # older runs: no warm-up, loop 0
+    assert not any(side.table.column("warmup").to_pylist()) and set(
+        side.table.column("loop").to_pylist()
+    ) == {0}
     out = CliRunner().invoke(cli, ["report", str(path), "--json"], catch_exceptions=False)
     result = json.loads(out.output)
     assert out.exit_code == 1 and "error rate" in result["verdict"]["headline"]  # a fifth of them failed
@@ -73,7 +80,8 @@ def test_golden_run_reads(path):
 
 def test_error_detail_came_with_1_1_and_the_reasoning_columns_with_1_2():
     reasoning = dict.fromkeys(("ttfo_ns", "reasoning_tokens", "reasoning_ns"), "1.2")
-    assert ADDED_COLUMNS == {"error_detail": "1.1", **reasoning, "recorded_model": "1.3"}
+    phases = {"warmup": "1.4", "loop": "1.4"}
+    assert ADDED_COLUMNS == {"error_detail": "1.1", **reasoning, "recorded_model": "1.3", **phases}
 
 
 def test_unknown_major_version_is_refused(tmp_path):
@@ -173,3 +181,24 @@ def test_a_column_of_the_version_a_run_states_must_be_there(tmp_path):
     pq.write_table(pq.read_table(run / RESULTS_FILE).drop_columns(["error_detail"]), run / RESULTS_FILE)
     with pytest.raises(BadInput, match="column 'error_detail' is missing"):
         load_side(run, "candidate")
+
+
+def test_a_warmed_up_run_reports_its_measured_window_only():
+    side = load_side(CURRENT, "run")
+    summary = json.loads((CURRENT / RUN_FILE).read_text())["summary"]
+    assert summary["requests"] == side.table.num_rows == 16 and side.warmup.num_rows == 5
+    phases = json.loads((CURRENT / RUN_FILE).read_text())["phases"]
+    assert phases["warmup_s"] == 10.0 and phases["loops_planned"] == phases["loops_completed"] == 1
+
+
+def test_soak_loops_of_one_request_are_distinct_rows(tmp_path):
+    run = tmp_path / "soak"
+    shutil.copytree(CURRENT, run)
+    table = pq.read_table(run / RESULTS_FILE)
+    at = table.schema.get_field_index("loop")
+    again = table.set_column(at, table.schema.field(at), pa.array([1] * table.num_rows, pa.int32()))
+    pq.write_table(pa.concat_tables([table, again]), run / RESULTS_FILE)
+    assert load_side(run, "run").table.num_rows == 32
+    pq.write_table(pa.concat_tables([table, table]), run / RESULTS_FILE)
+    with pytest.raises(BadInput, match="duplicate"):
+        load_side(run, "run")

@@ -61,8 +61,11 @@ def test_summary_of_a_results_file_equals_the_summary_of_its_table(tmp_path, mon
                 error_kind=None if sent and i % 7 else ("http_5xx" if sent else "shed_by_client"),
                 ttft_ns=chunks[0] if chunks and sent else None, e2e_ns=(chunks[-1] + 10) if chunks else None,
                 completion_tokens=len(chunks), chunk_offsets_ns=chunks if sent else None,
+                warmup=i < 6, loop=0,
             )
         )  # fmt: skip
     table = pa.Table.from_pylist(rows, schema=RESULT_SCHEMA)
     pq.write_table(table, tmp_path / "results.parquet", row_group_size=11)
-    assert summary.summarize_file(tmp_path / "results.parquet") == summary.summarize(table)
+    measured = summary.summarize(table.slice(6))  # warm-up rows are in no verdict
+    assert summary.summarize_file(tmp_path / "results.parquet") == measured
+    assert measured["requests"] == 54 and measured != summary.summarize(table)

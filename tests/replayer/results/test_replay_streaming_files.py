@@ -173,6 +173,7 @@ def test_results_sorted_bucket_by_bucket_match_one_global_sort(tmp_path):
     required.update(
         structured_output="none", source_request_id="x", copy_index=0, worker=0, session_wait_ns=0
     )
+    required.update(warmup=False, loop=0)  # never null (run format 1.4)
     rows = [{"request_id": f"r{rng.randrange(10**6)}", "scheduled_offset_ns": o, **required} for o in offsets]
     rng.shuffle(rows)  # completion order
     bounds = bucket_bounds([offsets[:200], offsets[200:]], rows_per_bucket=60)
