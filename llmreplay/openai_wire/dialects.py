@@ -11,6 +11,7 @@ from llmreplay.openai_wire import chat_api, messages_api, responses_api
 from llmreplay.openai_wire.answer import Answer
 from llmreplay.openai_wire.endpoints import DIALECT_OF
 from llmreplay.openai_wire.message_text import PromptMessage
+from llmreplay.openai_wire.stream_event import EventFacts
 from llmreplay.openai_wire.usage import Usage, parse_usage
 
 
@@ -28,6 +29,7 @@ class Dialect:
     answer: Callable[[dict], Answer]  # a whole 200 body
     end_events: tuple[str, ...]  # stream event types after which nothing more is generated
     typed_events: bool  # stream events carry `type` (and an `event:` line) instead of chat chunks
+    event_facts: Callable[[str, dict], EventFacts] | None = None  # typed streams: all but the tokens
     usage: Callable[[object], Usage] = parse_usage
 
 
@@ -38,7 +40,9 @@ _READERS += ("max_output_tokens", "server_state", "event_channel", "response_id"
 def _row(name: str, module, typed_events: bool, **overrides) -> Dialect:
     """A dialect whose readers are its module's functions of the same names."""
     readers = {reader: getattr(module, reader) for reader in _READERS} | overrides
-    return Dialect(name, **readers, end_events=getattr(module, "END_EVENTS", ()), typed_events=typed_events)
+    facts = getattr(module, "event_facts", None)
+    ends = getattr(module, "END_EVENTS", ())
+    return Dialect(name, **readers, end_events=ends, typed_events=typed_events, event_facts=facts)
 
 
 CHAT = _row("chat", chat_api, typed_events=False)
@@ -54,3 +58,11 @@ DIALECTS = {
 def dialect_for(endpoint: str) -> Dialect:
     """The dialect of a trace endpoint value (an unknown one reads as chat, as the recorder names it)."""
     return DIALECTS[DIALECT_OF.get(endpoint, "chat")]
+
+
+def typed_dialect(event_type: str) -> Dialect | None:
+    """The dialect whose stream sends events of this `type` (Responses: response.*; Messages: its
+    EVENT_TYPES); None for others. `error` is the same event in both: either dialect reads it."""
+    if event_type.startswith("response.") or event_type == "error":
+        return DIALECTS["responses"]
+    return DIALECTS["messages"] if event_type in messages_api.EVENT_TYPES else None

@@ -8,7 +8,9 @@ import orjson
 
 from llmreplay.openai_wire.answer import Answer
 from llmreplay.openai_wire.channels import MESSAGES_BLOCK_CHANNELS, MESSAGES_DELTA_CHANNELS
+from llmreplay.openai_wire.error_object import error_text
 from llmreplay.openai_wire.message_text import PromptMessage
+from llmreplay.openai_wire.stream_event import NO_FACTS, EventFacts
 from llmreplay.openai_wire.usage import parse_usage
 
 # stop_reason -> the chat finish reason (pause_turn and refusal keep their names)
@@ -16,6 +18,16 @@ STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "leng
 END_EVENTS = ("message_stop",)
 ERROR_EVENTS = ("error",)
 BLOCK_START, BLOCK_DELTA = "content_block_start", "content_block_delta"
+TOOL_BLOCKS = ("tool_use", "server_tool_use")
+EVENT_TYPES = (
+    "message_start",
+    BLOCK_START,
+    BLOCK_DELTA,
+    "content_block_stop",
+    "message_delta",
+    "message_stop",
+)
+EVENT_TYPES += ("ping",)
 
 
 def request_messages(body: dict) -> tuple[PromptMessage, ...]:
@@ -51,7 +63,7 @@ def block_text(block) -> str:
         return _str(block.get("text"))
     if kind == "thinking":
         return _str(block.get("thinking"))
-    if kind in ("tool_use", "server_tool_use"):
+    if kind in TOOL_BLOCKS:
         return f"{_str(block.get('name'))}{tool_input_json(block.get('input'))}"
     if kind == "tool_result":
         return blocks_text(block.get("content"))
@@ -174,3 +186,24 @@ def answer(data: dict) -> Answer:
     text, thinking, calls = output_texts(data)
     stop = finish_reason(data.get("stop_reason"))
     return Answer(text, thinking, calls, stop, parse_usage(data.get("usage")), response_id(data))
+
+
+def event_facts(kind: str, data: dict) -> EventFacts:
+    """message_start (id, usage), content_block_start of a tool_use (a call), message_delta (usage,
+    stop reason), message_stop (the end), error."""
+    if kind == "message_start":
+        message = data.get("message") if isinstance(data.get("message"), dict) else {}
+        usage = message.get("usage") if isinstance(message.get("usage"), dict) else None
+        return EventFacts(usage=usage, response_id=response_id(data))
+    if kind == "message_delta":
+        delta = data.get("delta") if isinstance(data.get("delta"), dict) else {}
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
+        return EventFacts(usage=usage, finish_reason=finish_reason(delta.get("stop_reason")))
+    if kind == "message_stop":
+        return EventFacts(done=True)
+    if kind == "error":
+        return EventFacts(failed=error_text(data.get("error") or data))
+    block = data.get("content_block")
+    if kind == BLOCK_START and isinstance(block, dict) and block.get("type") in TOOL_BLOCKS:
+        return EventFacts(call_key=data.get("index", block.get("id")))
+    return NO_FACTS

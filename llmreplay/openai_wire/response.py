@@ -9,18 +9,11 @@ from dataclasses import dataclass
 
 import orjson
 
-from llmreplay.openai_wire.channels import (
-    ANSWER,
-    REASONING,
-    RESPONSES_DELTA_CHANNELS,
-    RESPONSES_END_EVENTS,
-    TEXT_CHANNELS,
-    choice_delta,
-    delta_channel,
-)
+from llmreplay.openai_wire import messages_api, responses_api
+from llmreplay.openai_wire.channels import ANSWER, REASONING, TEXT_CHANNELS, choice_delta, delta_channel
+from llmreplay.openai_wire.dialects import dialect_for, typed_dialect
 from llmreplay.openai_wire.error_object import error_object_kind
-from llmreplay.openai_wire.message_text import content_text
-from llmreplay.openai_wire.usage import Usage, parse_usage
+from llmreplay.openai_wire.usage import Usage, merge_usage, parse_usage
 
 _ANSWER_TEXT_KEYS = tuple(key for key, channel in TEXT_CHANNELS.items() if channel == ANSWER)
 _REASONING_TEXT_KEYS = tuple(key for key, channel in TEXT_CHANNELS.items() if channel == REASONING)
@@ -38,6 +31,8 @@ class ResponseShape:
     completion_tokens: int | None = None  # reasoning and answer tokens
     cached_tokens: int | None = None
     reasoning_tokens: int | None = None  # as the usage reported them
+    cache_write_tokens: int | None = None
+    response_id: str | None = None  # Responses: response.id; Messages: message.id; else the body's id
     finish_reason: str | None = None
     done_seen: bool = False  # `data: [DONE]` arrived
     stream_error: bool = False  # an error object inside the stream
@@ -46,7 +41,7 @@ class ResponseShape:
 
 class _StreamState:
     __slots__ = ("stamps", "first_answer", "reasoning", "texts", "thoughts", "calls", "usage")
-    __slots__ += ("finish", "done", "error", "invalid")
+    __slots__ += ("finish", "done", "error", "invalid", "response_id")
 
     def __init__(self) -> None:
         self.stamps: list[int] = []
@@ -60,6 +55,7 @@ class _StreamState:
         self.done = False
         self.error = False
         self.invalid = 0
+        self.response_id: str | None = None
 
     def stamp(self, stamp_ns: int, channel: str) -> None:
         if channel == ANSWER:
@@ -99,6 +95,7 @@ def summarize_stream(events: list[tuple[int, bytes]]) -> ResponseShape:
         done_seen=state.done,
         stream_error=state.error,
         invalid_events=state.invalid,
+        response_id=state.response_id,
     )
 
 
@@ -108,19 +105,21 @@ def _usage_fields(usage: Usage) -> dict:
         "completion_tokens": usage.completion_tokens,
         "cached_tokens": usage.cached_tokens,
         "reasoning_tokens": usage.reasoning_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
     }
 
 
 def _apply_event(state: _StreamState, event: dict) -> str | None:
     """Fold one event into the state; the channel its generated tokens went to (None: none)."""
     choices = event.get("choices")
+    kind = event.get("type")
+    dialect = typed_dialect(kind) if isinstance(kind, str) and not choices else None
+    if dialect is not None:
+        return _apply_typed_event(state, event, kind, dialect)
     usage = event.get("usage")
     if usage is not None and isinstance(usage, dict):
         state.usage = usage
     if not choices:
-        kind = event.get("type")
-        if isinstance(kind, str) and kind.startswith("response."):
-            return _apply_responses_event(state, event, kind)
         state.error |= error_object_kind(event) is not None
         return None
     found = None
@@ -166,25 +165,55 @@ def _merge_tool_call(calls: dict[int, dict], delta: dict) -> None:
         call["function"]["arguments"] += function.get("arguments") or ""
 
 
-def _apply_responses_event(state: _StreamState, event: dict, kind: str) -> str | None:
-    channel = RESPONSES_DELTA_CHANNELS.get(kind)
-    if channel is not None:
-        text = event.get("delta") or ""
-        if kind == "response.output_text.delta":
-            state.texts.append(text)
-        elif channel == REASONING:
-            state.thoughts.append(text)
-        return channel if text else None
-    if kind in RESPONSES_END_EVENTS:
-        response = event.get("response") if isinstance(event.get("response"), dict) else {}
-        state.usage = response.get("usage") or state.usage
-        state.finish = response.get("status")
-        state.done = True
-        state.error |= kind == "response.failed"
-        for item in response.get("output") or ():
-            if isinstance(item, dict) and item.get("type") == "function_call":
-                state.calls[len(state.calls)] = item
-    return None
+def _apply_typed_event(state: _StreamState, event: dict, kind: str, dialect) -> str | None:
+    """A Responses or Messages event: its facts (llmreplay.openai_wire.stream_event), its texts."""
+    facts = dialect.event_facts(kind, event)
+    if facts.usage is not None:
+        state.usage = merge_usage(state.usage, facts.usage)
+    state.finish = facts.finish_reason or state.finish
+    state.done |= facts.done
+    state.error |= facts.failed is not None
+    state.response_id = facts.response_id or state.response_id
+    if dialect.name == "responses":
+        _keep_responses_text(state, event, kind)
+    else:
+        _keep_messages_text(state, event, kind)
+    return dialect.event_channel(kind, event)
+
+
+def _keep_responses_text(state: _StreamState, event: dict, kind: str) -> None:
+    """Answer and reasoning deltas; the calls from the end event's output (whole, chat-shaped)."""
+    delta = event.get("delta")
+    if isinstance(delta, str):
+        if kind in responses_api.ANSWER_TEXT_EVENTS:
+            state.texts.append(delta)
+        elif responses_api.RESPONSES_DELTA_CHANNELS.get(kind) == REASONING:
+            state.thoughts.append(delta)
+    if kind in responses_api.END_EVENTS and isinstance(event.get("response"), dict):
+        _, _, calls = responses_api.output_texts(event["response"])
+        state.calls = dict(enumerate(calls))
+
+
+def _keep_messages_text(state: _StreamState, event: dict, kind: str) -> None:
+    """Text and thinking deltas; a tool_use block's name, then its input_json_delta pieces."""
+    index = event.get("index", len(state.calls))
+    block = event.get("content_block")
+    if kind == messages_api.BLOCK_START and isinstance(block, dict):
+        if block.get("type") in messages_api.TOOL_BLOCKS:
+            state.calls[index] = messages_api.chat_call(block.get("id"), block.get("name"), "")
+        elif isinstance(block.get("text"), str):
+            state.texts.append(block["text"])
+        return
+    delta = event.get("delta")
+    if kind != messages_api.BLOCK_DELTA or not isinstance(delta, dict):
+        return
+    part = delta.get("type")
+    if part == "text_delta" and isinstance(delta.get("text"), str):
+        state.texts.append(delta["text"])
+    elif part == "thinking_delta" and isinstance(delta.get("thinking"), str):
+        state.thoughts.append(delta["thinking"])
+    elif part == "input_json_delta" and isinstance(delta.get("partial_json"), str) and index in state.calls:
+        state.calls[index]["function"]["arguments"] += delta["partial_json"]
 
 
 def summarize_json(body: bytes, endpoint: str) -> ResponseShape:
@@ -195,38 +224,17 @@ def summarize_json(body: bytes, endpoint: str) -> ResponseShape:
         raise ValueError(f"response body is not JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ValueError("response body is not a JSON object")
-    text, reasoning, calls, finish = "", "", (), None
-    if endpoint == "responses":
-        text, calls, finish = _responses_output(data)
-    else:
-        choices = data.get("choices") or []
-        first = choices[0] if choices and isinstance(choices[0], dict) else {}
-        finish = first.get("finish_reason")
-        message = first.get("message") if isinstance(first.get("message"), dict) else {}
-        text = content_text(message.get("content")) if message else first.get("text") or ""
-        reasoning = next((message[k] for k in _REASONING_TEXT_KEYS if isinstance(message.get(k), str)), "")
-        calls = tuple(c for c in message.get("tool_calls") or () if isinstance(c, dict))
+    answer = dialect_for(endpoint).answer(data)
     return ResponseShape(
-        text=text if isinstance(text, str) else "",
-        reasoning_text=reasoning,
-        tool_calls=calls,
-        **_usage_fields(parse_usage(data.get("usage"))),
-        finish_reason=finish if isinstance(finish, str) else None,
+        text=answer.text,
+        reasoning_text=answer.reasoning_text,
+        tool_calls=answer.tool_calls,
+        **_usage_fields(answer.usage),
+        finish_reason=answer.finish_reason,
         done_seen=True,
-        stream_error=error_object_kind(data) is not None,
+        stream_error=error_object_kind(data) is not None or data.get("type") == "error",
+        response_id=answer.response_id,
     )
-
-
-def _responses_output(data: dict) -> tuple[str, tuple[dict, ...], str | None]:
-    texts, calls = [], []
-    for item in data.get("output") or ():
-        if not isinstance(item, dict):
-            continue
-        if item.get("type") == "function_call":
-            calls.append(item)
-        elif item.get("type") == "message":
-            texts.append(content_text(item.get("content")))
-    return "".join(texts), tuple(calls), data.get("status")
 
 
 def counted_texts(response: ResponseShape) -> tuple[str, ...]:

