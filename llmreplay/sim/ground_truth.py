@@ -34,7 +34,7 @@ REQUEST_COLUMNS: tuple[tuple[str, pa.DataType, bool], ...] = (
     ("finish_reason", pa.string(), True),
     ("fault", pa.string(), True),  # injected fault, if any
     ("model", pa.string(), True),
-    ("endpoint", pa.string(), False),  # chat_completions | completions
+    ("endpoint", pa.string(), False),  # chat_completions | completions | responses | messages
     ("first_answer_mono_ns", pa.int64(), True),  # first token after the reasoning (= first token without)
     ("reasoning_tokens", pa.int32(), True),  # of completion_tokens, streamed before the answer
 )
