@@ -82,7 +82,7 @@ class CapacityConfig:
         help="Length of the busiest stretch replayed (0: the whole trace).",
         **duration(allow_zero=True),
     )
-    warmup_ns: int = option(
+    step_warmup_ns: int = option(
         60 * NS_PER_S,
         flags=("--warmup",),
         help="Trace replayed before the window and never judged (capped at the trace's start).",
@@ -134,7 +134,7 @@ class CapacityConfig:
             "slos": [slo.text for slo in self.slos],
             "by": self.by,
             "window_s": self.window_ns / 1e9,
-            "warmup_s": self.warmup_ns / 1e9,
+            "warmup_s": self.step_warmup_ns / 1e9,
             "precision": self.precision,
             "budget_s": self.budget_ns / 1e9,
             "start_factor": self.start_factor,

@@ -47,7 +47,7 @@ def run_capacity(config: CapacityConfig, console=None, clock=time.monotonic) -> 
     refuse_changed(read_capacity(out_dir), settings, out_dir)
     offsets, tokens = trace_offsets(config.trace_path)
     window = busiest_stretch(offsets, config.window_ns)
-    warmup_start, warmup_requests = warmup_before(offsets, window, config.warmup_ns)
+    warmup_start, warmup_requests = warmup_before(offsets, window, config.step_warmup_ns)
     sustain_end = min(int(offsets.max()) + 1, window.start_ns + config.sustain_or_default_ns)
     peak = peak_minute(offsets, tokens)
     first = int(offsets[offsets >= warmup_start].min())
