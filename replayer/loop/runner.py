@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from replayer.loop.chain import CHAINED_DIALECT, is_chained, with_previous_response
 from replayer.loop.client import NEVER_NS, ClientExchange, Outcome, ReadClock
 from replayer.loop.clock import Clock, SystemClock
 from replayer.loop.http_pool import ConnectionPool, Endpoint
@@ -82,8 +83,12 @@ class Runner:
         settings: LoopSettings,
         results=None,
         clock: Clock | None = None,
+        dialects: Sequence[str] | None = None,
     ):
         self.plans = plans
+        self.dialects = dialects  # by plan index, the answer's grammar (openai_wire.dialects); None: chat
+        # a chained Responses turn's previous answer id, by plan index, until the turn is sent
+        self._previous_ids: dict[int, str | None] = {}
         self.requests = requests  # encoded HTTP request per plan index (may read them as the run goes)
         self.streams = streams
         self.s = settings
@@ -257,16 +262,22 @@ class Runner:
         outcome = call.outcome
         pool = self._pool
         canceller = None
+        dialect = "chat" if self.dialects is None else self.dialects[plan.index]
         try:
+            request = self.requests[plan.index]
+            if dialect == CHAINED_DIALECT and is_chained(request):
+                request = self._chained(plan, request, outcome)
+                if request is None:
+                    return
             conn = pool.take_idle()
             if conn is None:
                 conn = await pool.open()
             if plan.cancel_after_ns is not None:
                 canceller = self.clock.call_later(plan.cancel_after_ns, _stop_call, call, "cancelled")
             exchange = call.exchange = ClientExchange(
-                outcome, self.streams[plan.index], plan.cancel_after_tokens, self._reads
+                outcome, self.streams[plan.index], plan.cancel_after_tokens, self._reads, dialect
             )
-            exchange.send(pool, conn, self.requests[plan.index])
+            exchange.send(pool, conn, request)
             self.counters.sent += 1
             pool.top_up()
             await exchange.done
@@ -283,6 +294,16 @@ class Runner:
                 canceller.cancel()
             self._record(plan, due_ns, call)
 
+    def _chained(self, plan: PlannedRequest, request: bytes, outcome: Outcome) -> bytes | None:
+        """The request naming staging's id for the previous turn; None (not sent: chain_broken) when
+        that turn failed, gave no id, or there is none."""
+        previous = self._previous_ids.pop(plan.index, None)
+        if previous is None:
+            outcome.e2e_ns = 0
+            outcome.fail("chain_broken", "the previous turn of the chain failed or gave no response id")
+            return None
+        return with_previous_response(request, previous)
+
     def _record(self, plan: PlannedRequest, due_ns: int, call: _Call) -> None:
         self._calls.discard(call)
         outcome = call.outcome
@@ -298,15 +319,18 @@ class Runner:
         self.results.append(Sent(plan, due_ns, outcome))
         # the turn ended when its last bytes were read, not when this task got to run
         ended_ns = self._now() if outcome.e2e_ns is None else outcome.sent_ns + outcome.e2e_ns
-        self._follow(plan, ended_ns)
+        self._follow(plan, ended_ns, None if outcome.error_kind else outcome.response_id)
         if not self._calls and not self._waiting:
             self._idle.set()
 
-    def _follow(self, plan: PlannedRequest, ended_ns: int) -> None:
-        """Send the session's next turn after this one's answer plus the recorded think time."""
+    def _follow(self, plan: PlannedRequest, ended_ns: int, response_id: str | None = None) -> None:
+        """Send the session's next turn after this one's answer plus the recorded think time; a
+        Responses turn keeps this turn's response id (None: failed) for a chained body."""
         if plan.next_index is None or self.stopping:
             return
         nxt = self.plans[plan.next_index]
+        if self.dialects is not None and self.dialects[nxt.index] == CHAINED_DIALECT:
+            self._previous_ids[nxt.index] = response_id
         scheduled = self.s.start_ns + nxt.scheduled_offset_ns
         if self._past_duration(scheduled):
             self.stop_reason = "duration"

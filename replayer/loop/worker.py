@@ -13,10 +13,11 @@ import time
 from dataclasses import dataclass, replace
 from typing import NoReturn
 
+from llmreplay.openai_wire.endpoints import dialect_for_path
 from llmreplay.redaction import secret_values
 from replayer.loop.parent_watch import EXIT_ORPHANED, die_with_parent, parent_gone, say_orphaned
 from replayer.loop.process_memory import peak_rss_mb
-from replayer.loop.request_file import encode_heads, read_fields
+from replayer.loop.request_file import RequestFields, encode_heads, read_fields
 from replayer.loop.request_source import RequestSource
 from replayer.loop.result_spool import ResultSpool
 from replayer.loop.runner import LoopSettings, Runner
@@ -38,14 +39,28 @@ class WorkerJob:
     results_path: str  # a replayer.loop.result_spool file, complete once the worker is done
 
 
-def open_requests(job: WorkerJob) -> tuple[RequestSource, bytes]:
-    """The worker's requests (first window loaded) and, by plan index, which ask for a stream."""
+class PathDialects:
+    """By plan index, the dialect of the answer (from the request's path): one byte a request."""
+
+    __slots__ = ("_codes", "_names")
+
+    def __init__(self, fields: RequestFields):
+        self._codes = fields.path_codes
+        self._names = tuple(dialect_for_path(path) for path in fields.paths)
+
+    def __getitem__(self, index: int) -> str:
+        return self._names[self._codes[index]]
+
+
+def open_requests(job: WorkerJob) -> tuple[RequestSource, bytes, PathDialects]:
+    """The worker's requests (first window loaded) and, by plan index, which ask for a stream and
+    in which dialect the answer comes."""
     fields = read_fields(job.fields_path)
     heads = encode_heads(job.settings.endpoint, fields, job.headers)
     follow_ups = [i for i, follows in enumerate(job.plans.follows_previous) if follows]
     source = RequestSource(job.tails_path, fields, heads, follow_ups)
     source.start()
-    return source, fields.streams
+    return source, fields.streams, PathDialects(fields)
 
 
 def worker_main(job: WorkerJob, conn, stats, alive, parent_pid: int) -> None:
@@ -64,7 +79,7 @@ def worker_main(job: WorkerJob, conn, stats, alive, parent_pid: int) -> None:
         return
     try:
         t0 = time.perf_counter()
-        requests, streams = open_requests(job)
+        requests, streams, dialects = open_requests(job)
         ready = ("ready", time.perf_counter() - t0)
     except Exception as exc:  # reported to the coordinator, which turns BadInput into exit 2
         ready = ("error", f"{type(exc).__name__}: {exc}", type(exc).__name__ == "BadInput")
@@ -77,7 +92,8 @@ def worker_main(job: WorkerJob, conn, stats, alive, parent_pid: int) -> None:
         _send(conn, _not_started(job), job, parent_pid)
         return
     spool = ResultSpool(job.results_path, secret_values(job.headers))
-    runner = Runner(job.plans, requests, streams, replace(job.settings, start_ns=message[1]), spool)
+    settings = replace(job.settings, start_ns=message[1])
+    runner = Runner(job.plans, requests, streams, settings, spool, dialects=dialects)
     gc.collect()
     gc.freeze()  # the plans live all run: keep the collector from rescanning them
     if parent_gone(parent_pid, alive_fd):
