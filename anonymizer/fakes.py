@@ -6,6 +6,8 @@ get equal fakes across the whole trace; identifiers are also kept distinct (the 
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from dataclasses import dataclass, field
 
 from anonymizer.identifiers import IdentifierWords
@@ -35,6 +37,16 @@ class Fakes:
     def text_for(self, value: str) -> str:
         """Words with the token count of `value`, seeded by the value itself (same value, same text)."""
         return self.exact.text(self.count(value), self.rekeyer.seed("leaf", value.encode()))
+
+    def opaque(self, value: str) -> str:
+        """A keyed stand-in of the same length for an encrypted blob (a thinking signature, encrypted
+        reasoning, redacted thinking): base64 characters; it counts no prompt tokens."""
+        seed = self.rekeyer.seed("opaque", value.encode("utf-8", "surrogatepass"))
+        raw = b"".join(
+            hashlib.blake2b(seed + i.to_bytes(4, "little"), digest_size=64).digest()
+            for i in range(len(value) // 85 + 1)
+        )
+        return base64.b64encode(raw).decode()[: len(value)]
 
     def identifier(self, name: str) -> str:
         """A snake_case name of generator words with the token count of `name`.

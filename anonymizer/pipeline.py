@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from anonymizer.config import MODES, AnonymizeConfig
+from anonymizer.dialect_items import item_text, system_message
 from anonymizer.fakes import Fakes
 from anonymizer.keys import Rekeyer, generate_key_file, load_key
 from anonymizer.nonce import BlockHashRekeyer, nonce_scope, nonce_words
@@ -228,7 +229,8 @@ class RowAnonymizer:
         ]
         if with_content:
             content = {name: table.column(name).to_pylist() for name in CONTENT_COLUMN_NAMES}
-            new_content = self._content(content, scopes, table.num_rows)
+            endpoints = table.column("endpoint").to_pylist()
+            new_content = self._content(content, scopes, endpoints)
             for name, values in new_content.items():
                 table = table.set_column(
                     table.schema.get_field_index(name), name, pa.array(values, pa.string())
@@ -244,34 +246,45 @@ class RowAnonymizer:
         self.result.prompt_tokens += sum(prompt_tokens)
         return table.select(trace_schema(with_content).names)
 
-    def _content(self, content: dict[str, list], scopes: list, rows: int) -> dict[str, list]:
+    def _content(self, content: dict[str, list], scopes: list, endpoints: list) -> dict[str, list]:
+        rows = len(endpoints)
         out = {name: [None] * rows for name in CONTENT_COLUMN_NAMES}
         for i in range(rows):
             row = {name: content[name][i] for name in CONTENT_COLUMN_NAMES}
             if any(v is not None for v in row.values()):
                 self.result.content_rows += 1
             where = f"{self.config.input_path}: row {self.result.rows + i}"
-            for name, value in self._row(row, scopes[i], where).items():
+            for name, value in self._row(row, scopes[i], where, endpoints[i]).items():
                 out[name][i] = value
         return out
 
-    def _row(self, row: dict[str, str | None], scope: bytes | None, where: str) -> dict[str, str | None]:
+    def _row(
+        self, row: dict[str, str | None], scope: bytes | None, where: str, endpoint: str
+    ) -> dict[str, str | None]:
         rewriter = self.rewriter
         out: dict[str, str | None] = {}
         words = nonce_words(self.fakes, scope, self.config.nonce_tokens) if scope is not None else []
         state = None
+        counted = item_text(endpoint)
+        system = _json(row["content_system"], where, "content_system")
+        head = [system_message(system)] if system is not None else []  # first in the prompt
         messages = _json(row["content_messages"], where, "content_messages")
-        if isinstance(messages, list):
-            new, state, misses = rewriter.chat(messages)
-            self._count(len(messages), misses, where)
+        if isinstance(messages, str):  # a Responses API `input` given as one string: one user message
+            messages, single = [{"role": "user", "content": messages}], True
+        else:
+            single = False
+        if isinstance(messages, list) or head:
+            items = head + (messages if isinstance(messages, list) else [])
+            new, state, misses = rewriter.chat(items, PromptState(), counted)
+            self._count(len(items), misses, where)
             new, placed = overlay_words(new, words) if words else (new, 0)
             self.result.nonces_truncated += placed < len(words)
-            out["content_messages"] = _dumps(new)
-        elif isinstance(messages, str):  # a Responses API `input` given as one string
-            new, misses = rewriter.prompt(messages)
-            self._count(1, misses, where)
-            out["content_messages"] = _dumps(overlay_words([new], words)[0][0] if words else new)
-        elif messages is not None:
+            if head:
+                out["content_system"] = _dumps(new[0]["content"])
+                new = new[1:]
+            if isinstance(messages, list):
+                out["content_messages"] = _dumps(new[0]["content"] if single else new)
+        if messages is not None and not isinstance(messages, list):
             raise BadInput(
                 f"{where}: content_messages is a JSON {type(messages).__name__}, expected an array"
             )

@@ -9,7 +9,7 @@ import math
 import struct
 from array import array
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,9 @@ ROOT_DIGEST = bytes(16)
 _DETAILS = ("auto", "low", "high")
 # message text that the prompt's count leaves out, replaced all the same: a refusal, reasoning by any name
 _UNCOUNTED_TEXT = ("refusal", *text_keys(REASONING))
+ItemText = Callable[[Any], tuple[str, str]]  # an item's (role, counted text): anonymizer.dialect_items
+_OPAQUE_KEYS = ("signature", "data", "encrypted_content")  # encrypted blobs: same-length stand-ins
+_CACHE_CONTROL_KEYS = ("type", "ttl")  # Anthropic prompt-cache markers: protocol, kept
 
 
 def _plain_field(message: dict) -> str | None:
@@ -89,29 +92,33 @@ class PromptRewriter:
     # -- chat messages -------------------------------------------------------------------------
 
     def chat(
-        self, messages: list, state: PromptState = PromptState()
+        self, messages: list, state: PromptState = PromptState(), item_text: ItemText = message_text
     ) -> tuple[list, PromptState, list[Miss]]:
-        """Rewrite a message list; returns (new messages, state after them, token-count misses)."""
+        """Rewrite a message (or item) list whose items count by `item_text`; returns (new messages,
+        state after them, token-count misses)."""
         out, misses = [], []
         for index, message in enumerate(messages):
-            new, expected, actual, state = self.message(message, state)
+            new, expected, actual, state = self.message(message, state, item_text)
             out.append(new)
             if expected != actual:
                 misses.append(Miss(f"message {index}", expected, actual))
         return out, state, misses
 
-    def message(self, message: Any, state: PromptState) -> tuple[Any, int, int, PromptState]:
+    def message(
+        self, message: Any, state: PromptState, item_text: ItemText = message_text
+    ) -> tuple[Any, int, int, PromptState]:
         """One message in its context: (new message, original tokens, new tokens, next state)."""
         self.stats.messages += 1
-        role, flat = message_text(message)
+        role, flat = item_text(message)
         next_digest = hashlib.blake2b(
             state.digest + role.encode() + b"\0" + flat.encode(), digest_size=16
         ).digest()
         canonical = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
-        cache_key = hashlib.blake2b(state.digest + canonical, digest_size=16).digest()
+        rule = item_text.__qualname__.encode()  # the same JSON counts differently in another dialect
+        cache_key = hashlib.blake2b(state.digest + rule + canonical, digest_size=16).digest()
         entry = self._cache.get(cache_key)
         if entry is None:
-            generated = self._generate(message, role, flat, state)
+            generated = self._generate(message, role, flat, state, item_text)
             self._remember(cache_key, generated, 2 * len(canonical) + 200)
         else:
             generated = entry[0]
@@ -129,7 +136,9 @@ class PromptRewriter:
             _, (_, old_cost) = self._cache.popitem(last=False)
             self._cache_bytes -= old_cost
 
-    def _generate(self, message: Any, role: str, flat: str, state: PromptState) -> tuple[Any, int, int]:
+    def _generate(
+        self, message: Any, role: str, flat: str, state: PromptState, item_text: ItemText
+    ) -> tuple[Any, int, int]:
         self.stats.messages_generated += 1
         ids = self.fakes.tokenizer.encode(flat) if flat else []
         seed = self.fakes.rekeyer.seed("message", state.digest + role.encode())
@@ -146,7 +155,7 @@ class PromptRewriter:
         seed = self.fakes.rekeyer.seed("message-parts", seed + flat.encode())
         template = JsonTemplate(self.fakes)
         value = self._template(template, message, seed, words)
-        new, _, actual = fit_value(template, value, lambda m: message_text(m)[1], len(ids))
+        new, _, actual = fit_value(template, value, lambda m: item_text(m)[1], len(ids))
         return new, len(ids), actual
 
     def _content_words(
@@ -216,6 +225,14 @@ class PromptRewriter:
             return self._content(template, value, seed, words)
         if key == "output" and isinstance(value, str):
             return template.slot(_sub_seed(seed, 0), fakes.count(value))
+        if key == "output" and isinstance(value, list):  # a function_call_output given as parts
+            return self._content(template, value, _sub_seed(seed, 1), ())
+        if key == "summary" and isinstance(value, list):  # a Responses reasoning item's summary parts
+            return self._content(template, value, _sub_seed(seed, 2), ())
+        if key == "input" and isinstance(value, str):  # a Responses custom_tool_call's input
+            return template.slot(_sub_seed(seed, 3), fakes.count(value))
+        if key in _OPAQUE_KEYS and isinstance(value, str):
+            return fakes.opaque(value)
         if key == "tool_calls" and isinstance(value, list):
             return [self._call(template, call) for call in value]
         if key == "function_call" and isinstance(value, dict):
@@ -281,9 +298,64 @@ class PromptRewriter:
                 out[key] = {"data": silent_wav_base64(), "format": "wav"}
             elif key == "file_id" and isinstance(value, str):
                 out[key] = fakes.rekeyer.id("file", value, "file-")
+            elif key in _BLOCK_FIELDS:
+                new = _BLOCK_FIELDS[key](self, template, value, seed)
+                if new is _DROP:
+                    self.stats.dropped_fields[f"part.{key}"] += 1
+                else:
+                    out[key] = new
             else:
                 self.stats.dropped_fields[f"part.{key}"] += 1
         return out
+
+    # -- Anthropic content blocks (tool_use, tool_result, thinking, redacted_thinking, image) ------
+
+    def _block_id(self, template: JsonTemplate, value: Any, seed: bytes) -> Any:
+        """tool_use `id` and tool_result `tool_use_id`: one mapping, so a result keeps its call."""
+        return self.fakes.rekeyer.id("call", value, "toolu_") if isinstance(value, str) else _DROP
+
+    def _block_name(self, template: JsonTemplate, value: Any, seed: bytes) -> Any:
+        return self.fakes.identifier(value) if isinstance(value, str) else _DROP
+
+    def _block_input(self, template: JsonTemplate, value: Any, seed: bytes) -> Any:
+        """A tool_use input: an object rewritten as chat's tool-call arguments are."""
+        if isinstance(value, str):
+            return template.slot(_sub_seed(seed, 5), self.fakes.count(value))
+        return template.value(value)
+
+    def _block_content(self, template: JsonTemplate, value: Any, seed: bytes) -> Any:
+        """A tool_result's content: a string or blocks of its own."""
+        if isinstance(value, str):
+            return template.slot(_sub_seed(seed, 6), self.fakes.count(value))
+        if isinstance(value, list):
+            return [
+                self._part(template, part, _sub_seed(seed, 100 + i), None)
+                if isinstance(part, dict)
+                else template.value(part)
+                for i, part in enumerate(value)
+            ]
+        return _DROP
+
+    def _block_thinking(self, template: JsonTemplate, value: Any, seed: bytes) -> Any:
+        return template.slot(_sub_seed(seed, 7), self.fakes.count(value)) if isinstance(value, str) else _DROP
+
+    def _block_opaque(self, template: JsonTemplate, value: Any, seed: bytes) -> Any:
+        return self.fakes.opaque(value) if isinstance(value, str) else _DROP
+
+    def _block_source(self, template: JsonTemplate, value: Any, seed: bytes) -> Any:
+        """An image's source: a 1x1 PNG stand-in, keyed by the original (equal images stay equal)."""
+        if not isinstance(value, dict):
+            return _DROP
+        original = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        url = png_data_url(self.fakes.rekeyer.seed("image", original)[:3])
+        return {"type": "base64", "media_type": "image/png", "data": url.split(",", 1)[1]}
+
+    def _block_kept(self, template: JsonTemplate, value: Any, seed: bytes) -> Any:
+        if isinstance(value, bool):  # is_error
+            return value
+        if isinstance(value, dict) and all(isinstance(value.get(k, ""), str) for k in _CACHE_CONTROL_KEYS):
+            return {k: value[k] for k in _CACHE_CONTROL_KEYS if k in value}
+        return _DROP
 
     def _image(self, url: str) -> str:
         return png_data_url(self.fakes.rekeyer.seed("image", url.encode())[:3])
@@ -401,6 +473,21 @@ def _overlay_text(text: str, remaining: list[str]) -> str:
         return text
     placed = [remaining.pop(0).lstrip(" ") for _ in range(take)]
     return " " + " ".join(placed + words[take:])
+
+
+_BLOCK_FIELDS = {
+    "id": PromptRewriter._block_id,
+    "tool_use_id": PromptRewriter._block_id,
+    "name": PromptRewriter._block_name,
+    "input": PromptRewriter._block_input,
+    "content": PromptRewriter._block_content,
+    "thinking": PromptRewriter._block_thinking,
+    "signature": PromptRewriter._block_opaque,
+    "data": PromptRewriter._block_opaque,
+    "source": PromptRewriter._block_source,
+    "is_error": PromptRewriter._block_kept,
+    "cache_control": PromptRewriter._block_kept,
+}
 
 
 def _sub_seed(seed: bytes, index: int) -> bytes:

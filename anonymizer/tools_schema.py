@@ -120,7 +120,7 @@ class JsonTemplate:
         return "#" if ref.startswith("#") else self.fakes.identifier(ref)
 
     def tool(self, tool: Any) -> Any:
-        """One tool definition (Chat Completions nested or Responses API flat form)."""
+        """One tool definition (Chat Completions nested, Responses flat, or Anthropic's input_schema form)."""
         if not isinstance(tool, dict):
             return self.value(tool)
         out: dict[str, Any] = {}
@@ -133,8 +133,10 @@ class JsonTemplate:
                 out[key] = self.fakes.identifier(value)
             elif key == "description" and isinstance(value, str):
                 out[key] = self.text(value)
-            elif key in ("parameters", "schema"):
+            elif key in ("parameters", "schema", "input_schema"):  # input_schema: Anthropic's
                 out[key] = self.schema(value)
+            elif key == "cache_control" and isinstance(value, dict) and set(value) <= {"type", "ttl"}:
+                out[key] = value  # a prompt-cache marker: protocol, no content
             else:
                 out[key] = self.value(value)
         return out

@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 import orjson
 
+from anonymizer.dialect_items import item_text, system_message
 from anonymizer.keys import ANY_REKEYED_ID, rekeyed_id_pattern
 from anonymizer.nonce import nonce_scope
 from anonymizer.pipeline import ID_COLUMNS
 from anonymizer.tools_schema import SCHEMA_KEEP, SCHEMA_KEYWORDS, SCHEMA_LIST, SCHEMA_MAP, SCHEMA_ONE
 from llmreplay.exact_text import ExactText
-from llmreplay.openai_wire.message_text import content_text, message_text
+from llmreplay.openai_wire.message_text import content_text
 from llmreplay.prefix_hash import prefix_block_hashes
 from llmreplay.tokenizers import load_tokenizer
 from llmreplay.trace_format import CONTENT_COLUMN_NAMES, SHAPE_COLUMN_NAMES
@@ -33,6 +34,8 @@ MIN_SPAN_WORD_TOKENS = 3
 MIN_LEAK_WORD_CHARS = 4
 MAX_LISTED_PROBLEMS = 30
 _WORD = re.compile(r"\w{4,}")
+# Base64 images (PNG, JPEG, GIF, WebP): pictures, not text; an Anthropic image's stand-in is a PNG.
+_BASE64_IMAGE = ("iVBORw0KGgo", "/9j/", "R0lGOD", "UklGR")
 # A number literal in JSON text (after ':', '[' or ',', before ',', ']' or '}'), escaped or not.
 _JSON_NUMBER = re.compile(r"(?<=[:\[,])(\s*)-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?=\s*[,\]}])")
 _ID_COLUMNS = tuple(ID_COLUMNS)
@@ -48,6 +51,10 @@ _PROTOCOL_WORDS = frozenset(
         "high data image base64 audio message function_call function_call_output file_id file_data filename",
         "role content name tool_calls tool_call_id call_id type parameters arguments schema strict url detail",
         "format refusal reasoning_content output status index audio",
+        # the Responses API's items and the Anthropic Messages API's blocks
+        "instructions input input_file summary summary_text reasoning_text encrypted_content item_reference",
+        "custom_tool_call custom_tool_call_output tool_use server_tool_use tool_result tool_use_id is_error",
+        "thinking signature redacted_thinking input_schema cache_control ephemeral ttl source media_type",
     )
     for word in re.findall(r"\w{4,}", phrase)
 )
@@ -199,9 +206,19 @@ class Verifier:
     def _content(self, index: int, before: dict, after: dict, scope: bytes) -> None:
         where = f"row {index}"
         old_messages, new_messages = _loads(before["content_messages"]), _loads(after["content_messages"])
+        old_system, new_system = _loads(before["content_system"]), _loads(after["content_system"])
         self._collect(old_messages)
+        self._collect(old_system)
+        if (old_system is None) != (new_system is None):
+            self._structure(f"{where}: content_system {'appeared' if old_system is None else 'vanished'}")
+        if isinstance(old_messages, str) and isinstance(new_messages, str):  # a Responses string input
+            old_messages, new_messages = _user(old_messages), _user(new_messages)
+        if old_system is not None and new_system is not None:  # first in the prompt, as the dialects count
+            old_messages = [system_message(old_system), *(old_messages or [])]
+            new_messages = [system_message(new_system), *(new_messages or [])]
+        counted = item_text(before["endpoint"])
         if isinstance(old_messages, list) and isinstance(new_messages, list):
-            self._messages(where, old_messages, new_messages, scope)
+            self._messages(where, old_messages, new_messages, scope, counted)
         elif old_messages is not None:
             self._equal_counts(where, "content_messages", _flat_any(old_messages), _flat_any(new_messages))
         old_prompt, new_prompt = _loads(before["content_prompt"]), _loads(after["content_prompt"])
@@ -227,14 +244,14 @@ class Verifier:
         for name in ("content_tools", "content_response_format"):
             self._document(where, name, before[name], after[name])
 
-    def _messages(self, where: str, old: list, new: list, scope: bytes) -> None:
+    def _messages(self, where: str, old: list, new: list, scope: bytes, counted) -> None:
         if len(old) != len(new):
             self._structure(f"{where}: {len(old)} messages became {len(new)}")
             return
         old_stream, new_stream = [], []
         for i, (a, b) in enumerate(zip(old, new, strict=True)):
-            role_a, text_a = message_text(a)
-            role_b, text_b = message_text(b)
+            role_a, text_a = counted(a)
+            role_b, text_b = counted(b)
             ids_a, ids_b = self._token_ids(text_a), self._token_ids(text_b)
             self.report.texts_checked += 1
             if len(ids_a) != len(ids_b):
@@ -347,7 +364,9 @@ class Verifier:
             if text.startswith("#/"):  # a $ref: the pointer syntax is structure, the names are content
                 text = " ".join(text.split("/")[2:])
             digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
-            if digest in self.seen_leaves or text.startswith("data:"):
+            if digest in self.seen_leaves or text.startswith(("data:", *_BASE64_IMAGE)):
+                continue
+            if text.lower() in _PROTOCOL_WORDS:  # a key or type the output holds by design
                 continue
             self.seen_leaves.add(digest)
             self.original_id_forms.update(ANY_REKEYED_ID.findall(text))
@@ -400,7 +419,7 @@ class Verifier:
                 if found:
                     self.report.leaked_words += len(found)
                     self.report.problem(f"row {index}: original words in output: {_masked(found)}")
-                if text.startswith("data:") or not len(spans):
+                if text.startswith(("data:", _BASE64_IMAGE[0])) or not len(spans):
                     continue
                 ids = self.tokenizer.encode(text)
                 hits = np.isin(_span_hashes(ids), spans)
@@ -583,12 +602,25 @@ def _calls_of(calls: Any) -> list[dict]:
 
 
 def _calls(message: Any) -> list[dict]:
+    """A message's calls as {name, arguments}: chat tool_calls, a Responses function_call item, or
+    Anthropic tool_use blocks (their `input` object as the arguments)."""
     if not isinstance(message, dict):
         return []
     if message.get("type") == "function_call":
         return [message]
+    content = message.get("content")
+    blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+    uses = [
+        {"name": b.get("name"), "arguments": b.get("input")} for b in blocks if b.get("type") == "tool_use"
+    ]
     calls = message.get("tool_calls") or []
-    return [c["function"] for c in calls if isinstance(c, dict) and isinstance(c.get("function"), dict)]
+    return uses + [
+        c["function"] for c in calls if isinstance(c, dict) and isinstance(c.get("function"), dict)
+    ]
+
+
+def _user(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
 
 
 def _inner_schema(value: Any) -> Any:
