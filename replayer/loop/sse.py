@@ -63,6 +63,7 @@ def _typed_rules(dialect: Dialect) -> dict[bytes, tuple | None]:
     return {name.encode(): rule for name, rule in rules.items()}
 
 
+_SKIP = ()  # a rule's placeholder for an event name with no rule
 TYPED_RULES = {name: _typed_rules(d) for name, d in DIALECTS.items() if d.typed_events}
 
 
@@ -186,22 +187,20 @@ class SseStream:
                     and event.find(b"\n", line_end + 1) < 0
                 ):
                     self.events += 1
-                    name = event[7:line_end]
-                    if name not in rules:
+                    rule = rules.get(event[7:line_end], _SKIP)
+                    if rule is _SKIP:
                         continue
-                    rule = rules[name]
-                    payload = event[line_end + 7 :]
                     if rule is None:
-                        self._typed_parsed(payload, name.decode("latin-1"), arrival_ns)
+                        self._typed_parsed(
+                            event[line_end + 7 :], event[7:line_end].decode("latin-1"), arrival_ns
+                        )
                         continue
-                    for pattern, channel in rule:
-                        text = pattern.search(payload)
+                    for pattern, channel in rule:  # searched in place: no copy of the payload
+                        text = pattern.search(event, line_end + 7)
                         if text is not None:
                             self._stamp(channel, arrival_ns)
                             if self._framings_learned < FRAMINGS_LEARNED_MAX:
-                                self._learn_framing(
-                                    event, line_end + 7 + text.end() - 1, channel == REASONING
-                                )
+                                self._learn_framing(event, text.end() - 1, channel == REASONING)
                             break
                     continue
             if event:
