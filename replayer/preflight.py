@@ -29,7 +29,15 @@ from llmreplay.openai_wire.error_object import error_text
 from llmreplay.openai_wire.response import ResponseShape, summarize_json, summarize_stream
 from llmreplay.redaction import scrub_secrets, secret_values
 from replayer.config import ReplayConfig
+from replayer.plan.api_bodies import API_BODIES
 from replayer.plan.request_builder import length_fields, sent_model, tool_choice_field, under_grammar
+from replayer.plan.responses_state import (
+    EXPANDED,
+    PREVIOUS_RESPONSE,
+    sending_modes,
+    state_summary,
+    summary_line,
+)
 from replayer.target import TargetInfo, lookup
 
 REQUEST_ID_PREFIX = "llmreplay-preflight-"  # X-Request-Id of every preflight request: logs can drop them
@@ -56,11 +64,14 @@ class TraceNeeds:
     """What the planned requests ask of the target, computed from the trace's columns."""
 
     requests: int  # planned requests (--scale copies included)
-    generating: int  # of them, chat or completions requests
+    generating: (
+        int  # of them, requests whose answer generates tokens (chat, completions, responses, messages)
+    )
     endpoint: str  # the generating endpoint most of them use: the probes' endpoint
     model: str | None
     request_tokens: np.ndarray  # prompt + output of each planned request
     uses: tuple[Use, ...]
+    responses_state: dict | None = None  # chained turns: the mode and how each is sent (responses_state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +156,8 @@ _FORMATS = {
     "json_schema": {"type": "json_schema", "json_schema": _SCHEMA},
 }
 UNSET = "unset"  # a tool request that recorded no tool_choice (the engine's default applies)
+CHAT_LIKE = ("chat_completions", "completions")
+GENERATING = (*CHAT_LIKE, *API_BODIES)  # the probes' endpoint is the commonest of these
 
 
 def _by_value(column: pa.ChunkedArray, where: pa.Array) -> list[tuple[str, pa.Array]]:
@@ -159,14 +172,21 @@ def _tool_variants(table: pa.Table) -> list[tuple[str, pa.Array]]:
     return _by_value(table.column("tool_choice"), pc.and_(chat, pc.greater(table.column("tools_count"), 0)))
 
 
+def _chat_like(table: pa.Table) -> pa.Array:
+    """Rows of the chat and completions APIs, whose feature fields the probes below spell."""
+    return pc.is_in(table.column("endpoint"), pa.array(list(CHAT_LIKE)))
+
+
 def _format_variants(table: pa.Table) -> list[tuple[str, pa.Array]]:
     kinds = table.column("structured_output")
-    return _by_value(kinds, pc.is_in(kinds, pa.array(list(_FORMATS))))
+    return _by_value(kinds, pc.and_(_chat_like(table), pc.is_in(kinds, pa.array(list(_FORMATS)))))
 
 
 def _n_variants(table: pa.Table) -> list[tuple[str, pa.Array]]:
     n = table.column("n")
-    return _by_value(pc.cast(n, pa.string()), pc.fill_null(pc.greater(n, 1), False))
+    return _by_value(
+        pc.cast(n, pa.string()), pc.and_(_chat_like(table), pc.fill_null(pc.greater(n, 1), False))
+    )
 
 
 def _stream_variants(table: pa.Table) -> list[tuple[str, pa.Array]]:
@@ -180,6 +200,7 @@ def _tool_body(variant: str, engine: Engine) -> dict:
 
 
 def _stream_body(variant: str, engine: Engine) -> dict:
+    # stream_options is chat's; the Responses and Messages streams carry their usage unasked
     usage = {"stream_options": {"include_usage": True}} if "include_usage" in engine.stream_usage else {}
     return {"stream": True, **usage}
 
@@ -205,10 +226,7 @@ def trace_needs(table: pa.Table, record_index: np.ndarray, model: str | None) ->
         return int(copies[np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False))].sum())
 
     endpoints = table.column("endpoint")
-    chat, completions = (
-        count(pc.equal(endpoints, "chat_completions")),
-        count(pc.equal(endpoints, "completions")),
-    )
+    per_endpoint = {name: count(pc.equal(endpoints, name)) for name in GENERATING}
     uses = tuple(
         Use(feature.name, variant, n)
         for feature in FEATURES
@@ -217,8 +235,8 @@ def trace_needs(table: pa.Table, record_index: np.ndarray, model: str | None) ->
     )
     return TraceNeeds(
         requests=len(record_index),
-        generating=chat + completions,
-        endpoint="chat_completions" if chat >= completions else "completions",
+        generating=sum(per_endpoint.values()),
+        endpoint=max(GENERATING, key=lambda name: per_endpoint[name]),  # ties: chat first
         model=model or _commonest(table.column("model").filter(pa.array(copies > 0))),
         request_tokens=tokens[record_index],
         uses=uses,
@@ -230,18 +248,56 @@ def _commonest(models: pa.ChunkedArray) -> str | None:
     return max(counts, key=lambda item: item["counts"])["values"] if counts else None
 
 
+def chained_turns_summary(table: pa.Table, record_index, mode: str) -> dict | None:
+    """How the planned turns with server-side state will be sent (None: the trace has none). A turn's
+    previous one is the planned row before it in its session by (turn_index, arrival), as the plan
+    links them; each --scale copy is sent like its original."""
+    if (
+        "server_state" not in table.column_names
+        or not pc.any(pc.is_valid(table.column("server_state"))).as_py()
+    ):
+        return None
+    copies = np.bincount(np.asarray(record_index, np.int64), minlength=table.num_rows)
+    rows = np.flatnonzero(copies)
+    sub = table.take(pa.array(rows)).select(
+        ["request_id", "session_id", "turn_index", "arrival_time", "parent_request_id", "server_state"]
+    )
+    order = pc.sort_indices(
+        sub, [("session_id", "ascending"), ("turn_index", "ascending"), ("arrival_time", "ascending")]
+    ).to_numpy()
+    ids, sessions = sub.column("request_id").to_pylist(), sub.column("session_id").to_pylist()
+    previous: list = [None] * len(ids)
+    for before, at in zip(order[:-1].tolist(), order[1:].tolist(), strict=True):
+        if sessions[at] is not None and sessions[at] == sessions[before]:
+            previous[at] = ids[before]
+    states, parents = sub.column("server_state").to_pylist(), sub.column("parent_request_id").to_pylist()
+    modes = sending_modes(states, parents, previous, mode)
+    weights = copies[rows].tolist()
+    weighted = [m for m, w in zip(modes, weights, strict=True) for _ in range(w)]
+    not_previous = sum(
+        w
+        for m, w, s, p, prev in zip(modes, weights, states, parents, previous, strict=True)
+        if m == EXPANDED and s == PREVIOUS_RESPONSE and p != prev
+    )
+    return state_summary(mode, weighted, not_previous)
+
+
 # --- the checks: pure functions of the facts ---------------------------------------------------------
 
 
-def check_length(answer: Answer, engine: Engine, wanted: int = FORCED_TOKENS) -> Check:
+def check_length(
+    answer: Answer, engine: Engine, wanted: int = FORCED_TOKENS, endpoint: str = "chat_completions"
+) -> Check:
     """The forcing request came back with exactly `wanted` completion tokens."""
-    fields = ", ".join(name for name, _ in engine.force_length)
+    forcing = engine.length_forcing(endpoint)
+    fields = ", ".join(name for name, _ in forcing)
     if answer.refused:  # a warning, like any length not forced: the replay's answers will tell
         sent = f"a {wanted}-token request" + (f" with {fields}" if fields else "")
         fix = "check --engine (--engine openai sends no forcing field)" if fields else None
         return Check("length", WARN, f"{sent} is refused: {answer.why()}", fix)
-    if not engine.forces_length:
-        why = f"{engine.title} cannot force output length: answers may stop early at EOS"
+    if not forcing:
+        where = "" if endpoint in CHAT_LIKE else f" on {REPLAY_PATHS[endpoint]}"
+        why = f"{engine.title} cannot force output length{where}: answers may stop early at EOS"
         return Check("length", WARN, why)
     got = answer.shape.completion_tokens if answer.shape else None
     if got is None:
@@ -384,12 +440,17 @@ def _request(
 ) -> tuple[str, dict]:
     """(endpoint, body) of one tiny request, its length forced as the replay's are."""
     endpoint = endpoint or needs.endpoint
-    prompt = (
-        {"messages": [{"role": "user", "content": text}]}
-        if endpoint == "chat_completions"
-        else {"prompt": text}
-    )
-    forced = length_fields(engine.name, wanted, grammar=under_grammar(extra))
+    api = API_BODIES.get(endpoint)
+    if api is not None:
+        prompt = api.spell([("user", text)])
+        if extra.get("stream"):
+            extra = {"stream": True}
+    elif endpoint == "chat_completions":
+        prompt = {"messages": [{"role": "user", "content": text}]}
+    else:
+        prompt = {"prompt": text}
+    grammar = api.under_grammar(extra) if api is not None else under_grammar(extra)
+    forced = length_fields(engine.name, wanted, grammar=grammar, endpoint=endpoint)
     return endpoint, {"model": needs.model, **prompt, **extra, **forced}
 
 
@@ -406,7 +467,7 @@ def _probe(prober: _Prober, needs: TraceNeeds, engine: Engine, context_tokens: i
     """The checks that send requests: length first, then cache, then features. The length request is
     the plain one every other adds to: when it got no answer, the others would tell nothing."""
     first = prober.send(*_request(needs, engine, FORCED_TOKENS, "Say hello."))
-    length = check_length(first, engine)
+    length = check_length(first, engine, endpoint=needs.endpoint)
     if first.shape is None:
         return [length]
     repeat = None
@@ -435,6 +496,8 @@ def run_preflight(config: ReplayConfig, target: TargetInfo, needs: TraceNeeds) -
     context = context if isinstance(context, int) and not isinstance(context, bool) and context > 0 else None
     prober = _Prober(config, target.base_url)
     checks = [check_context(context, needs.request_tokens)]
+    if needs.responses_state is not None:
+        checks.append(Check("responses_state", OK, summary_line(needs.responses_state)))
     if needs.generating and needs.model:
         checks = _probe(prober, needs, engine, context) + checks
     return Preflight(
@@ -458,7 +521,11 @@ def preflight_target(
         return None
     needs = trace_needs(table, record_index, config.model)
     default = target.models[0] if target.models else None
-    needs = dataclasses.replace(needs, model=sent_model(needs.model, None, config.model_map, default))
+    needs = dataclasses.replace(
+        needs,
+        model=sent_model(needs.model, None, config.model_map, default),
+        responses_state=chained_turns_summary(table, record_index, config.responses_state),
+    )
     found = run_preflight(config, target, needs)
     stop = found.stop
     if stop is not None:

@@ -26,6 +26,7 @@ def bucket_labels(req: RequestColumns) -> dict[str, np.ndarray]:
         "stream": np.where(req.stream, "stream", "non-stream").astype(object),
         "tools": np.where(req.tools, "with tools", "without tools").astype(object),
         "model": req.model,
+        "endpoint": req.endpoint,
     }
 
 

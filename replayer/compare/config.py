@@ -55,6 +55,11 @@ class CompareConfig:
         flag_value=True,
         help="Judge latency even when the sides ran at different --speed/--scale (refused by default, exit 1).",
     )
+    allow_different_api: bool = option(
+        False,
+        flag_value=True,
+        help="Compare sides sent to different APIs (chat, Responses, Messages); refused by default (exit 2).",
+    )
     fail_on_inconclusive: bool = option(
         False,
         flag_value=True,

@@ -21,7 +21,7 @@ from llmreplay.trace_format import COMPARED_COLUMNS, LATENCY_COLUMNS
 TRACE = "trace"
 RUN = "run"
 
-TRACE_COLUMNS = COMPARED_COLUMNS  # the run carries the same names (llmreplay.run_format)
+TRACE_COLUMNS = (*COMPARED_COLUMNS, "endpoint")  # the run carries the same names (llmreplay.run_format)
 
 
 @dataclass(frozen=True, slots=True)

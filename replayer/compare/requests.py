@@ -45,6 +45,7 @@ class RequestColumns:
     stream: np.ndarray
     tools: np.ndarray
     model: np.ndarray
+    endpoint: np.ndarray  # the API the request was sent to (llmreplay.openai_wire.endpoints)
     scheduled_offset_ns: np.ndarray
     dispatch_lag_ns: np.ndarray
     session_wait_ns: np.ndarray
@@ -104,6 +105,9 @@ def build_requests(side: Side) -> RequestColumns:
         stream=_bools(table, "stream"),
         tools=_floats(table.column("tools_count")) > 0,
         model=_recorded_models(table),
+        endpoint=_objects(table, "endpoint")
+        if "endpoint" in table.column_names
+        else np.full(table.num_rows, "chat_completions", dtype=object),
         scheduled_offset_ns=_floats(table.column("scheduled_offset_ns")) if is_run else nan,
         dispatch_lag_ns=_floats(table.column("dispatch_lag_ns")) if is_run else nan,
         session_wait_ns=_floats(table.column("session_wait_ns")) if is_run else nan,

@@ -20,6 +20,7 @@ import replayer.compare.stats as compare_stats
 from llmreplay.errors import BadInput
 from llmreplay.metrics import METRICS
 from replayer.compare import run_fidelity
+from replayer.compare.apis import api_section
 from replayer.compare.buckets import buckets_section
 from replayer.compare.config import CompareConfig
 from replayer.compare.error_gate import commonest_messages, engine_error_mask, error_counts, error_rate_check
@@ -53,6 +54,7 @@ def compare_sides(baseline: Side, candidate: Side, config: CompareConfig) -> dic
     baseline, candidate, common = _restrict_to_common(baseline, candidate)
     rng = compare_stats.make_rng(config.seed)
     b_req, c_req = build_requests(baseline), build_requests(candidate)
+    apis = api_section(b_req.endpoint, c_req.endpoint, config.allow_different_api, candidate.label)
     b_scale, c_scale = time_scale(baseline, b_req), time_scale(candidate, c_req)
     b_load, c_load = side_load(baseline, b_req), side_load(candidate, c_req)
     matched = same_load(b_load, c_load)
@@ -80,6 +82,7 @@ def compare_sides(baseline: Side, candidate: Side, config: CompareConfig) -> dic
         "common_requests": common,
         "sides": side_rows,
         "like_with_like": {"baseline": b_load, "candidate": c_load, "same": matched, "refused": refused},
+        "apis": apis,
         "clock_domains": _clock_domains(baseline, candidate, config),
         "fidelity": _fidelity(checks),
         "latency": latency,

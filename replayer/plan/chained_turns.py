@@ -13,7 +13,14 @@ import pyarrow.compute as pc
 from llmreplay.trace_format import TraceRecord
 from llmreplay.trace_io import trace_files
 from replayer.plan.arrays import NONE
-from replayer.plan.responses_state import EXPANDED, PLAIN, ancestors, sending_modes, state_summary
+from replayer.plan.responses_state import (
+    EXPANDED,
+    PLAIN,
+    PREVIOUS_RESPONSE,
+    ancestors,
+    sending_modes,
+    state_summary,
+)
 from replayer.plan.trace_rows import stream_records
 
 _COLUMNS = ("request_id", "parent_request_id", "server_state")
@@ -63,7 +70,7 @@ def chained_turns(trace_path: str, shards: Sequence, mode: str) -> ChainedTurns 
         not_previous += sum(
             1
             for m, r, prev in zip(chosen, rows[planned].tolist(), previous_ids, strict=True)
-            if m == EXPANDED and states_list[r] == "previous_response_id" and parents_list[r] != prev
+            if m == EXPANDED and states_list[r] == PREVIOUS_RESPONSE and parents_list[r] != prev
         )
     wanted: set[str] = set()
     for shard_modes, shard in zip(modes, shards, strict=True):

@@ -1,0 +1,51 @@
+"""Like with like across APIs: different endpoints are refused in one line unless --allow-different-api,
+and the report breaks latency down per endpoint."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llmreplay.errors import BadInput
+from replayer.compare.apis import api_section
+from replayer.compare.buckets import bucket_order
+from replayer.compare.config import CompareConfig
+
+
+def ends(*names: str) -> np.ndarray:
+    return np.array(names, dtype=object)
+
+
+def test_the_same_apis_compare_and_are_counted():
+    section = api_section(
+        ends("responses", "messages", "messages"), ends("messages", "responses"), False, "run"
+    )
+    assert section == {
+        "baseline": {"messages": 2, "responses": 1},
+        "candidate": {"messages": 1, "responses": 1},
+        "same": True,
+        "allowed": False,
+    }
+
+
+def test_a_chat_recording_against_a_messages_replay_is_refused_in_one_line():
+    with pytest.raises(BadInput) as refused:
+        api_section(ends("chat_completions"), ends("messages"), False, "candidate")
+    line = str(refused.value)
+    assert "\n" not in line and "--allow-different-api" in line
+    assert "chat_completions" in line and "messages" in line
+
+
+def test_allowed_when_asked():
+    section = api_section(ends("chat_completions"), ends("messages"), True, "candidate")
+    assert section["same"] is False and section["allowed"] is True
+
+
+def test_the_flag_is_declared_once_on_the_config():
+    assert CompareConfig().allow_different_api is False
+
+
+def test_endpoint_buckets_are_named_by_the_endpoint():
+    assert bucket_order("endpoint", [ends("responses", "chat_completions"), ends("messages")]) == [
+        "chat_completions", "messages", "responses",
+    ]  # fmt: skip
