@@ -1,0 +1,183 @@
+"""The capacity search's cost against `llmreplay sim` on 127.0.0.1, beside a fixed sweep's at the same
+precision, and how far the knee and the SLO limit it finds are from the sim's analytical capacity
+(llmreplay/sim/capacity_model.py). Prints figures; asserts nothing about time.
+
+A synthetic trace of evenly spaced streamed requests of fixed lengths (no prefix sharing) is replayed
+by `llmreplay capacity --by scale` against a sim of `--profile` with a TPOT SLO the model can place.
+The fixed sweep is not run: its cost is its step count (a linear sweep from the start factor to the
+limit found, in steps of precision x limit) times the search's median step seconds.
+
+    .venv/bin/python benchmarks/capacity_search.py [--profile slow] [--rate 2] [--prompt 256] [--output 64]
+        [--tpot-ms 20] [--window 20s] [--warmup 5s] [--precision 0.05] [--budget 15m] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from _support import free_port, wait_http_ok  # noqa: E402
+
+from llmreplay.durations import parse_duration_ns  # noqa: E402
+from llmreplay.processes import stop_process  # noqa: E402
+from llmreplay.sim.capacity_model import RequestMix, max_rate_for_tpot, saturation  # noqa: E402
+from llmreplay.sim.config import build_config  # noqa: E402
+from llmreplay.trace_format import TraceMeta, TraceRecord  # noqa: E402
+from llmreplay.trace_io import write_trace  # noqa: E402
+
+T0_US = 1_700_000_000_000_000
+BLOCK_SIZE = 64
+HARD_TIMEOUT_S = 3600  # the whole command, whatever --budget says
+
+
+def arrivals_s(rate_per_s: float, warmup_s: float, seconds: float) -> list[float]:
+    """Evenly spaced at `rate_per_s`, the first `warmup_s` at 0.9x: the busiest window (where the search
+    measures) then starts after them, and the warm-up has trace to replay."""
+    times, at = [], 0.0
+    while at < seconds:
+        times.append(at)
+        at += 1 / (rate_per_s * (0.9 if at < warmup_s else 1.0))
+    return times
+
+
+def make_trace(path: Path, times_s: list[float], prompt: int, output: int, seed: int = 0) -> int:
+    """Requests of fixed lengths at `times_s`, each its own session, no prefix shared."""
+    rng = random.Random(seed)
+    records = [
+        TraceRecord(
+            request_id=f"r{i}",
+            arrival_time=T0_US + round(at * 1e6),
+            endpoint="chat_completions",
+            prompt_tokens=prompt,
+            completion_tokens=output,
+            token_source="imported",
+            model="sim-model",
+            stream=True,
+            prefix_block_hashes=tuple(rng.getrandbits(62) for _ in range(math.ceil(prompt / BLOCK_SIZE))),
+        )
+        for i, at in enumerate(times_s)
+    ]
+    write_trace(path, records, TraceMeta(source="bench:capacity", block_size=BLOCK_SIZE, relative_time=True))
+    return len(records)
+
+
+def run_capacity(args, trace: Path, url: str, out: Path) -> tuple[dict, float, int]:
+    cmd = [
+        sys.executable, "-m", "llmreplay.cli", "capacity", str(trace), "--target", url, "-o", str(out),
+        "--slo", f"tpot_p95<={args.tpot_ms:g}ms", "--by", "scale", "--window", args.window, "--warmup", args.warmup,
+        "--precision", str(args.precision), "--budget", args.budget,
+        "--max-dispatch-lag", args.max_dispatch_lag, "--quiet",
+    ]  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=HARD_TIMEOUT_S)
+    total_s = time.monotonic() - started
+    path = out / "capacity.json"
+    if not path.is_file():
+        sys.exit(f"capacity wrote no capacity.json (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    print(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else f"(exit {done.returncode})")
+    return json.loads(path.read_text()), total_s, done.returncode
+
+
+def sweep_steps(start: float, limit: float, precision: float) -> int:
+    """A linear sweep from `start` to `limit` in steps of precision x limit, both ends included."""
+    return math.floor((limit - start) / (precision * limit) + 1e-9) + 1
+
+
+def off_by(found: float | None, model: float) -> str:
+    return "–" if found is None else f"{found:.3g} (model {model:.3g}, {found / model - 1:+.1%})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="slow")
+    parser.add_argument("--rate", type=float, default=2.0, help="the trace's own rate, req/s (factor 1)")
+    parser.add_argument("--prompt", type=int, default=256)
+    parser.add_argument("--output", type=int, default=64)
+    parser.add_argument("--tpot-ms", type=float, default=20.0)
+    parser.add_argument("--window", default="20s")
+    parser.add_argument("--warmup", default="5s")
+    parser.add_argument("--precision", type=float, default=0.05)
+    parser.add_argument("--budget", default="15m")
+    parser.add_argument(
+        "--max-dispatch-lag",
+        default="50ms",
+        help="client-bound above this (the machine is shared: 5 ms is strict)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="capacity directory (default: a temporary one)"
+    )
+    args = parser.parse_args()
+
+    config, mix = build_config(args.profile, {}), RequestMix.fixed(args.prompt, args.output)
+    knee_model = saturation(config, mix).rate_per_s / args.rate
+    limit_model = max_rate_for_tpot(config, mix, args.tpot_ms / 1e3) / args.rate
+    window_s = parse_duration_ns(args.window, "--window") / 1e9
+    warmup_s = parse_duration_ns(args.warmup, "--warmup") / 1e9
+    times = arrivals_s(
+        args.rate, warmup_s, warmup_s + 2 * window_s + 1
+    )  # room for the 2x-window sustain step
+    with tempfile.TemporaryDirectory(prefix="bench-capacity-") as tmp:
+        tmp_path = Path(tmp)
+        out = args.out or tmp_path / "capacity"
+        trace = tmp_path / "trace.parquet"
+        count = make_trace(trace, times, args.prompt, args.output)
+        port = free_port()
+        log = tmp_path / "sim.log"
+        sim_cmd = [sys.executable, "-m", "llmreplay.cli", "sim", "--host", "127.0.0.1", "--port", str(port),
+                   "--profile", args.profile, "--block-size", str(BLOCK_SIZE)]  # fmt: skip
+        with open(log, "wb") as sim_out:
+            sim = subprocess.Popen(sim_cmd, cwd=ROOT, stdout=sim_out, stderr=subprocess.STDOUT)
+        try:
+            wait_http_ok(f"http://127.0.0.1:{port}/health", sim, 60, log=log)
+            print(
+                f"trace: {count} requests at {args.rate:g} req/s, prompt {args.prompt}, output {args.output} tokens; "
+                f"sim --profile {args.profile}; SLO tpot_p95<={args.tpot_ms:g}ms; window {args.window}, "
+                f"warm-up {args.warmup}, precision {args.precision:.0%}, budget {args.budget}, "
+                f"client-bound above dispatch lag p99 {args.max_dispatch_lag}"
+            )
+            capacity, total_s, _ = run_capacity(args, trace, f"http://127.0.0.1:{port}", out)
+        finally:
+            stop_process(sim)
+    report(capacity, total_s, args, knee_model, limit_model)
+
+
+def report(capacity: dict, total_s: float, args, knee_model: float, limit_model: float) -> None:
+    steps = capacity["steps"]
+    step_s = [s["elapsed_s"] for s in steps]
+    replay_s = sum(step_s)
+    median_s = statistics.median(step_s) if step_s else 0.0
+    knee, limit = capacity.get("knee") or {}, capacity.get("slo_limit") or {}
+    window, warmup = capacity["window"], capacity["warmup"]
+    print(f"window {window['start_s']:g}-{window['end_s']:g} s ({window['requests']} requests), "
+          f"warm-up {warmup['length_s']:g} s ({warmup['requests']} requests)")  # fmt: skip
+    print(f"stop reason: {capacity['stop_reason']}")
+    print(f"search: {len(steps)} steps ({sum(s['kind'] == 'sustain' for s in steps)} sustain), "
+          f"{replay_s:.0f} s replaying, {total_s:.0f} s in all (median step {median_s:.1f} s)")  # fmt: skip
+    print("factors tried: " + ", ".join(f"x{s['factor']:g}{'(sustain)' if s['kind'] == 'sustain' else ''}"
+                                        f" {s['verdict']}" for s in steps))  # fmt: skip
+    if limit.get("factor"):
+        count = sweep_steps(capacity["settings"]["start_factor"], limit["factor"], args.precision)
+        print(
+            f"fixed sweep at the same precision: {count} steps (x{capacity['settings']['start_factor']:g} to "
+            f"x{limit['factor']:g} in steps of {args.precision:g} x the limit); its cost, not run but estimated as "
+            f"{count} x the search's median step {median_s:.1f} s = {count * median_s:.0f} s"
+        )
+    else:
+        print("fixed sweep: no SLO limit found, so no sweep to compare with")
+    print(f"knee factor: {off_by(knee.get('factor'), knee_model)}; bracket {knee.get('bracket')}")
+    print(f"SLO limit factor: {off_by(limit.get('factor'), limit_model)}; bracket {limit.get('bracket')}")
+
+
+if __name__ == "__main__":
+    main()
