@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from llmreplay.openai_wire.message_text import message_text
 from llmreplay.openai_wire.response import counted_texts, summarize_json, summarize_stream
+from llmreplay.openai_wire.usage import parse_usage
 from llmreplay.output_paths import publish, temp_path
 from llmreplay.run_format import OUTCOME_COPIED, RESULT_SCHEMA, TRACE_COPIED, ResultRow, result_table
 from llmreplay.sse import SSESplitter
@@ -196,10 +197,10 @@ def _measured(row: ResultRow, item: Sent, built: SentRequests, clock: RunClock, 
     row.sent_time = clock.unix_us(out.sent_ns)
     usage = out.usage
     if usage is not None:
-        details = usage.get("prompt_tokens_details")
-        row.prompt_tokens = _int(usage.get("prompt_tokens"))
-        row.completion_tokens = _int(usage.get("completion_tokens"))
-        row.cached_tokens = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
+        counts = parse_usage(usage)  # every API's usage, normalised (Anthropic: input + cache reads/writes)
+        row.prompt_tokens = counts.prompt_tokens
+        row.completion_tokens = counts.completion_tokens
+        row.cached_tokens = counts.cached_tokens
         row.token_source = "server_usage"
     elif out.response_text_bytes is not None and count_tokens is not None:
         index = item.plan.index
@@ -207,10 +208,6 @@ def _measured(row: ResultRow, item: Sent, built: SentRequests, clock: RunClock, 
         texts = response_texts(out.response_text_bytes, built.fields.streams[index])
         row.completion_tokens = sum(count_tokens(text) for text in texts if text)
         row.token_source = "tokenizer"
-
-
-def _int(value) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def prompt_text(body: bytes) -> str:
