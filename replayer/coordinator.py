@@ -124,6 +124,7 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
     )
     if execution.scraper is not None:
         execution.scraper.write(run_dir / SERVER_METRICS_FILE)
+    summary = {**summary, **_phase_summary(run_dir, ready)}
     info = _run_info(config, ready, execution, summary, result_rows, preflight)
     info = dataclasses.replace(info, phases=_phases_info(ready, run_dir))
     write_run_info(run_dir, info)
@@ -330,6 +331,21 @@ def _run_info(
         summary=summary,
         preflight=None if preflight is None else preflight.as_dict(),
     )
+
+
+def _phase_summary(run_dir: Path, ready: Ready) -> dict:
+    """The summary's cold start and, after --soak, its drift: what `report` shows of them."""
+    from replayer.compare.config import CompareConfig
+    from replayer.compare.inputs import load_side
+    from replayer.compare.sides import cold_start, soak_drift
+
+    try:
+        side = load_side(run_dir, "run")
+    except BadInput:  # nothing measured: no section
+        return {}
+    side = dataclasses.replace(side, config={"target": {"engine": ready.target.engine}})
+    drift = soak_drift(side, CompareConfig())
+    return {"cold_start": cold_start(side), **({"drift": drift} if drift is not None else {})}
 
 
 def _note_short_warmup(phases: Phases, config: ReplayConfig, console) -> None:

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+import replayer.compare.drift as compare_drift
 import replayer.compare.fidelity as compare_fidelity
 import replayer.compare.load as compare_load
 import replayer.compare.paired as compare_paired
@@ -22,6 +23,7 @@ from llmreplay.metrics import METRICS
 from replayer.compare import run_fidelity
 from replayer.compare.apis import api_section
 from replayer.compare.buckets import buckets_section
+from replayer.compare.cold_start import cold_mask, cold_start_section
 from replayer.compare.config import CompareConfig
 from replayer.compare.error_gate import commonest_messages, engine_error_mask, error_counts, error_rate_check
 from replayer.compare.inputs import RUN, TRACE, Side, shift_latencies
@@ -51,6 +53,10 @@ def compare_sides(baseline: Side, candidate: Side, config: CompareConfig) -> dic
     """The full comparison of candidate against baseline, restricted to the requests both contain."""
     candidate = shift_latencies(candidate, config.offset_ttft_ns)
     run_checks = _run_checks(baseline, config) + _run_checks(candidate, config)  # each run as a whole
+    phases = {
+        "cold_start": _cold_starts([baseline, candidate]),
+        "drift": _drifts([baseline, candidate], config),
+    }
     baseline, candidate, common = _restrict_to_common(baseline, candidate)
     rng = compare_stats.make_rng(config.seed)
     b_req, c_req = build_requests(baseline), build_requests(candidate)
@@ -106,6 +112,7 @@ def compare_sides(baseline: Side, candidate: Side, config: CompareConfig) -> dic
         "server_metrics": _server_metrics(sides),
         "cdf": {baseline.label: _cdf_points(b_all), candidate.label: _cdf_points(c_all)},
         "metric_definitions": METRIC_DEFINITIONS,
+        **phases,
     }
     result["verdict"] = verdict(
         "compare",
@@ -153,9 +160,69 @@ def summarize_side(side: Side, config: CompareConfig) -> dict:
         "server_metrics": _server_metrics([(side, req, scale)]),
         "cdf": {side.label: _cdf_points(everything)},
         "metric_definitions": METRIC_DEFINITIONS,
+        "cold_start": _cold_starts([side]),
+        "drift": _drifts([side], config),
     }
     result["verdict"] = verdict("report", checks, [errors["gate"]], slos, side_rows, has_run=side.kind == RUN)
     return result
+
+
+# --- warm-up, cold start and soak drift (replayer.compare.cold_start, replayer.compare.drift) -----
+
+
+def _cold_starts(sides: list[Side]) -> dict:
+    return {s.label: cold_start(s) for s in sides if s.kind == RUN}
+
+
+def cold_start(side: Side) -> dict:
+    """A run's cold start (replayer.compare.cold_start's rule) beside the rest of its requests."""
+    warm = side.warmup
+    if warm is not None and warm.num_rows:
+        req = build_requests(dataclasses.replace(side, table=pa.concat_tables([warm, side.table])))
+        return cold_start_section(req, np.arange(len(req)) < warm.num_rows, "warmup")
+    req = build_requests(side)
+    return cold_start_section(req, cold_mask(req), "first_requests")
+
+
+def _drifts(sides: list[Side], config: CompareConfig) -> dict:
+    found = {s.label: soak_drift(s, config) for s in sides if s.kind == RUN}
+    return {label: drift for label, drift in found.items() if drift is not None}
+
+
+def soak_drift(side: Side, config: CompareConfig) -> dict | None:
+    """A --soak run's last loop against its first, paired by source request like a compare (same
+    bootstrap, tolerance and verdict rule), and its server series' trends; None: the run did not loop."""
+    loops = np.asarray(side.table.column("loop").to_numpy(zero_copy_only=False))
+    pair = compare_drift.soak_loops(loops)
+    if pair is None:
+        return None
+    first_loop, last_loop = pair
+    first = dataclasses.replace(
+        side, label="first loop", table=side.table.filter(compare_drift.loop_mask(side.table, first_loop))
+    )
+    last = dataclasses.replace(
+        side, label="last loop", table=side.table.filter(compare_drift.loop_mask(side.table, last_loop))
+    )
+    first, last, common = _restrict_to_common(first, last)
+    b_req, c_req = build_requests(first), build_requests(last)
+    b_clusters, c_clusters, clusters = _cluster_numbers(first, last)
+    rng = compare_stats.make_rng(config.seed)
+    counts = _shared_resamples(clusters, config, rng)
+    b_all, c_all = samples(b_req, b_clusters), samples(c_req, c_clusters)
+    latency = latency_rows(b_all, c_all, clusters, config.cells(), rng, last.label, counts)
+    errors = _errors_section(b_req, c_req, config, rng, last.label)
+    cells = compare_drift.drift_cells(latency, errors, last.label)
+    trends = compare_drift.server_trends(side.path, side.config)
+    return {
+        "first_loop": first_loop,
+        "last_loop": last_loop,
+        "common_requests": common,
+        "tolerance": config.tolerance,
+        "cells": cells,
+        "trends": trends,
+        "findings": compare_drift.findings(cells, trends),
+        "headline": compare_drift.drift_headline(cells),
+    }
 
 
 def _run_checks(side: Side, config: CompareConfig) -> list[dict]:

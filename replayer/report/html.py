@@ -70,6 +70,8 @@ def render_html(result: dict) -> str:
         _paired_section(result),
         _load_section(result, labels),
         _server_metrics_section(result, labels),
+        _cold_start_section(result),
+        _drift_section(result),
         _bucket_section(result),
         _errors_section(result, labels),
         _slo_section(result),
@@ -597,3 +599,63 @@ def _definitions_section(result: dict) -> str:
             f"<dt>--offset-ttft</dt><dd>{domains['offset_ttft_ms']:g} ms subtracted from the candidate's TTFT and E2E</dd>"
         )
     return "<h2>Definitions and clock domains</h2><dl>" + "".join(items) + "</dl>"
+
+
+def _cold_start_section(result: dict) -> str:
+    """Each run's cold start (replayer.compare.cold_start) beside the rest of its requests."""
+    rows, notes, rule = [], [], ""
+    for label, section in (result.get("cold_start") or {}).items():
+        rule = section["rule"]
+        if not section["requests"]:
+            continue
+        where = "warm-up" if section["source"] == "warmup" else "first requests"
+        for name, view in section["metrics"].items():
+            for part in ("cold", "rest"):
+                d = view[part]
+                rows.append([escape(label), escape(f"{name.upper()} {part if part == 'rest' else where}"),
+                             f"{d['count']:,}", *(_ms(d.get(f"p{q}_ms")) for q in (50, 90, 99))])  # fmt: skip
+        if section["note"]:
+            notes.append(f"<p><b>note:</b> {escape(section['note'])}</p>")
+    if not rows:
+        return ""
+    table = _table(["side", "requests", "count", "p50 ms", "p90 ms", "p99 ms"], rows, left_columns=2)
+    return f"<h2>Cold start</h2><p class='muted'>{escape(rule)}.</p>" + table + "".join(notes)
+
+
+def _drift_section(result: dict) -> str:
+    """A soak's last loop against its first, paired by source request, and its server trends."""
+    parts = []
+    for label, drift in (result.get("drift") or {}).items():
+        rows = []
+        for name, by_q in drift["cells"].items():
+            if name == "error_rate":
+                continue
+            cells = []
+            for q in ("p50", "p95", "p99"):
+                cell = by_q.get(q)
+                if cell is None or cell["ratio"] is None:
+                    cells.append("-")
+                    continue
+                ci = f" [{cell['ci_low']:.2f}, {cell['ci_high']:.2f}]" if cell["ci_low"] is not None else ""
+                cells.append(f"×{cell['ratio']:.2f}{ci} {escape(cell['verdict'].replace('_', ' '))}")
+            rows.append([escape(name.upper()), *cells])
+        rate = drift["cells"].get("error_rate")
+        if rate is not None and rate["first"] is not None:
+            rows.append(
+                ["error rate", f"{rate['first']:.1%} → {rate['last']:.1%}", escape(rate["verdict"]), ""]
+            )
+        trend_rows = [
+            [escape(role), f"{t['first']:.4g}", f"{t['last']:.4g}", f"{t['slope_per_hour']:.4g}", f"{t['r2']:.2f}",
+             "rising" if t["rising"] else ""]
+            for role, t in drift["trends"].items()
+        ]  # fmt: skip
+        findings = "".join(f"<li>{escape(line)}</li>" for line in drift["findings"])
+        parts.append(
+            f"<h3>{escape(label)}: loop {drift['last_loop']} vs loop {drift['first_loop']}</h3>"
+            f"<p><b>{escape(drift['headline'])}</b> ({drift['common_requests']['common']} requests paired, "
+            f"tolerance ±{drift['tolerance']:.0%})</p>"
+            + _table(["metric", "p50", "p95", "p99"], rows)
+            + (_table(["series", "first", "last", "slope / h", "r²", ""], trend_rows) if trend_rows else "")
+            + (f"<ul>{findings}</ul>" if findings else "")
+        )
+    return "<h2>Soak drift</h2>" + "".join(parts) if parts else ""

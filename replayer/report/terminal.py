@@ -33,6 +33,8 @@ def render_terminal(result: dict, console: Console) -> None:
     else:
         _latency_single(result, console)
     _server_metrics(result, console)
+    _cold_start(result, console)
+    _drift(result, console)
     _slos_and_goodput(result, console)
     _errors(result, console)
     _fidelity(result, console)
@@ -203,3 +205,74 @@ def _footer(result: dict, console: Console) -> None:
         console.print(f"[dim]{label}: {domains.get(label, '')}[/]")
     if domains.get("note"):
         console.print(f"[dim]note: {domains['note']}[/]")
+
+
+DRIFT_STYLES = {
+    "drifted_up": "bold red",
+    "stable": "green",
+    "improved": "bold green",
+    "inconclusive": "yellow",
+}
+
+
+def _cold_start(result: dict, console: Console) -> None:
+    """Each run's cold start beside the rest (replayer.compare.cold_start), and its tail note."""
+    for label, section in (result.get("cold_start") or {}).items():
+        if not section["requests"]:
+            continue
+        where = "warm-up" if section["source"] == "warmup" else "first requests"
+        parts = []
+        for name, view in section["metrics"].items():
+            cold, rest = view["cold"], view["rest"]
+            parts.append(f"{name.upper()} p50 {_ms(cold.get('p50_ms'))} vs {_ms(rest.get('p50_ms'))} ms")
+        console.print(
+            f"Cold start ({escape(label)}, {where}: {section['requests']} of {section['of']} requests, "
+            f"in no verdict when a warm-up): " + "; ".join(parts),
+            soft_wrap=True,
+        )
+        if section["note"]:
+            console.print(f"[yellow]note:[/] {escape(section['note'])}", soft_wrap=True)
+
+
+def _drift(result: dict, console: Console) -> None:
+    """A soak's last loop against its first (replayer.compare.drift): cells, trends, findings."""
+    for label, drift in (result.get("drift") or {}).items():
+        table = Table(
+            title=f"Drift of {label}: loop {drift['last_loop']} vs loop {drift['first_loop']} "
+            f"({drift['common_requests']['common']} requests paired; tolerance ±{drift['tolerance']:.0%})"
+        )
+        table.add_column("metric")
+        for q in ("p50", "p95", "p99"):
+            table.add_column(q)
+        for name, by_q in drift["cells"].items():
+            if name == "error_rate":
+                continue
+            cells = []
+            for q in ("p50", "p95", "p99"):
+                cell = by_q.get(q)
+                if cell is None or cell["ratio"] is None:
+                    cells.append("-")
+                    continue
+                style = DRIFT_STYLES.get(cell["verdict"], "")
+                word = cell["verdict"].replace("_", " ")
+                ci = f"[{cell['ci_low']:.2f}, {cell['ci_high']:.2f}]" if cell["ci_low"] is not None else ""
+                cells.append(
+                    f"x{cell['ratio']:.2f} {ci} [{style}]{word}[/]"
+                    if style
+                    else f"x{cell['ratio']:.2f} {word}"
+                )
+            table.add_row(name.upper(), *cells)
+        console.print(table)
+        rate = drift["cells"].get("error_rate")
+        if rate is not None and rate["first"] is not None:
+            console.print(
+                f"error rate {rate['first']:.1%} -> {rate['last']:.1%}: {rate['verdict'].replace('_', ' ')}"
+            )
+        for role, fitted in drift["trends"].items():
+            console.print(
+                f"trend {role}: {fitted['first']:.4g} -> {fitted['last']:.4g}, slope {fitted['slope_per_hour']:.4g}/h"
+                f" (r2 {fitted['r2']:.2f}){' [bold red]rising[/]' if fitted['rising'] else ''}"
+            )
+        console.print(f"drift: {escape(drift['headline'])}", soft_wrap=True)
+        for line in drift["findings"]:
+            console.print(f"[bold red]finding:[/] {escape(line)}", soft_wrap=True)

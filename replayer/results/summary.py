@@ -197,10 +197,28 @@ def print_summary(summary: dict, console) -> None:
             f"  {message['count']} x {message['kind']}{status}: {escape(message['message'] or '(no message)')}",
             soft_wrap=True,
         )
+    _print_phases(summary, console)
     for check in summary["checks"]:
         if check["status"] == run_fidelity.FAIL:
             console.print(f"[red]x[/] {escape(check['check'])}: {escape(check['detail'])}", soft_wrap=True)
     print_verdict(summary, console)
+
+
+def _print_phases(summary: dict, console) -> None:
+    """The cold-start note and a soak's drift headline and findings (replayer.compare.cold_start, .drift)."""
+    cold = summary.get("cold_start")
+    if cold and cold["requests"] and cold["source"] == "warmup":
+        console.print(f"warm-up: {cold['requests']} requests sent first, in no verdict")
+    if cold and cold["note"]:
+        console.print(f"[yellow]note:[/] {escape(cold['note'])}", soft_wrap=True)
+    drift = summary.get("drift")
+    if drift:
+        console.print(
+            f"drift, loop {drift['last_loop']} vs loop {drift['first_loop']}: {escape(drift['headline'])}",
+            soft_wrap=True,
+        )
+        for line in drift["findings"]:
+            console.print(f"[bold red]finding:[/] {escape(line)}", soft_wrap=True)
 
 
 def print_verdict(summary: dict, console) -> None:

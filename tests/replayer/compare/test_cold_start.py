@@ -1,0 +1,42 @@
+"""The cold start: one rule (warm-up rows, else the first 10 s or 5% of the run), and the tail note."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from replayer.compare.cold_start import RULE, cold_window_ns, dominates, tail_share
+from replayer.compare.inputs import load_side
+from replayer.compare.sides import cold_start
+
+GOLDEN = Path(__file__).resolve().parents[3] / "samples" / "golden"
+S = 1_000_000_000
+
+
+def test_the_cold_window_is_10_s_or_5_percent_of_the_run_whichever_is_shorter():
+    assert cold_window_ns(np.array([0.0, 50 * S]), np.array([1.0, 100 * S])) == 5 * S
+    assert cold_window_ns(np.array([0.0, 500 * S]), np.array([1.0, 1000 * S])) == 10 * S
+    assert cold_window_ns(np.array([np.nan]), np.array([np.nan])) == 0.0
+
+
+def test_cold_requests_dominate_a_tail_when_3x_over_represented_and_at_least_2():
+    values = np.array([1.0] * 96 + [9.0, 9.0, 9.0, 9.0])
+    cold = np.zeros(100, bool)
+    cold[[96, 97, 0, 1, 2]] = True  # 5% of requests, 2 of the 4 above p99
+    tail = tail_share(values, cold, percentile=95)
+    assert tail["above"] == 4 and tail["cold_above"] == 2 and tail["over_representation"] == 10.0
+    assert dominates(tail)
+    cold[97] = False
+    assert not dominates(tail_share(values, cold, percentile=95))  # one cold request is not a pattern
+
+
+def test_a_warmed_up_run_s_cold_start_is_its_warm_up():
+    section = cold_start(load_side(GOLDEN / "run-v1.4", "run"))
+    assert section["source"] == "warmup" and section["requests"] == 5 and section["of"] == 21
+    assert section["rule"] == RULE and set(section["metrics"]) == {"ttft", "e2e"}
+
+
+def test_without_warm_up_the_cold_start_is_the_first_requests():
+    section = cold_start(load_side(GOLDEN / "run-v1.3", "run"))
+    assert section["source"] == "first_requests" and section["of"] == 21 and 1 <= section["requests"] < 21
