@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from llmreplay.trace_format import TraceRecord
-from replayer.plan.api_bodies import ApiBody, tagged
+from replayer.plan.api_bodies import ApiBody, chat_view, tagged
 from replayer.plan.prompt_synthesis import BlockSpeller
 
 TOOL_FRAME_TOKENS = 20  # ~tokens of JSON around a synthesized tool's description
@@ -143,3 +143,17 @@ def chat_tools(tools: Sequence[tuple]) -> list[dict] | None:
     return [
         {"type": "function", "function": {"name": n, "description": d, "parameters": p}} for n, d, p in tools
     ] or None
+
+
+def counted_view(endpoint: str, fields: dict) -> tuple[list[dict], list[dict] | None]:
+    """Recorded content as chat messages and tools (the dialect's reading: text-bearing blocks as
+    text), for counting on the target; approximate where a block is templated otherwise."""
+    from llmreplay.openai_wire.dialects import dialect_for
+
+    dialect = dialect_for(endpoint)
+    spelled = [(m.role, m.text) for m in dialect.request_messages(fields)]
+    tools = [
+        (t["name"] or "", t["description"] or "", t["parameters"] or {})
+        for t in dialect.request_tools(fields)
+    ]
+    return chat_view(spelled), chat_tools(tools)

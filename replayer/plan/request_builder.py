@@ -201,7 +201,10 @@ def _api_prompt(row, record, content, fitter, sending, history) -> dict:
     if content.has_content:
         if record.content_messages is None:
             raise BadInput(f"request {record.request_id}: a {record.endpoint} row without content_messages")
-        return api_request.content_fields(row, record, content._tag(), history)
+        fields = api_request.content_fields(row, record, content._tag(), history)
+        if fitter is not None and record.prompt_tokens is not None and sending != CHAINED:
+            fitter.measure_chat(record.prompt_tokens, *api_request.counted_view(record.endpoint, fields))
+        return fields
     speller = content._need_speller()
     tools = api_request.synthesized_tools(row, speller, record, content.nonce)
 
