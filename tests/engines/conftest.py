@@ -193,6 +193,8 @@ def vllm_command(port: int) -> tuple[list[str], dict, Path]:
         "OMP_NUM_THREADS": "1", "VLLM_HOST_IP": "127.0.0.1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_ENFORCE_STRICT_TOOL_CALLING": "0",
         "VLLM_CONFIGURE_LOGGING": "1", "PYTHONUNBUFFERED": "1",
+        # previous_response_id needs the Responses store (off by default: "not found" for every id)
+        "VLLM_ENABLE_RESPONSES_API_STORE": "1",
     })
     env.pop("PYTHONPATH", None)
     env["PATH"] = f"{py.parent}:{env.get('PATH', '')}"
