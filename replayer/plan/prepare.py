@@ -69,7 +69,7 @@ def write_requests(job: BuildJob) -> Prepared:
     from replayer.plan.prompt_fit import PromptFitter
     from replayer.plan.request_builder import build_request
     from replayer.plan.responses_state import EXPANDED
-    from replayer.plan.schedule import copy_name
+    from replayer.plan.schedule import sent_name
     from replayer.plan.trace_rows import stream_records
 
     started = time.perf_counter()
@@ -93,9 +93,11 @@ def write_requests(job: BuildJob) -> Prepared:
                 sending = turns.sending(s, index) if turns is not None else 0
                 history = turns.history(record) if sending == EXPANDED else ()
                 built = build_request(record, plan, build, speller, fitter, sending, history)
-                headers = [("X-Request-Id", copy_name(record.request_id, plan.copy_index))]
+                headers = [("X-Request-Id", sent_name(record.request_id, plan.copy_index, build.loop_stride))]
                 if session_header and record.session_id is not None:
-                    headers.append((session_header, copy_name(record.session_id, plan.copy_index)))
+                    headers.append(
+                        (session_header, sent_name(record.session_id, plan.copy_index, build.loop_stride))
+                    )
                 model = build.model_for(record.model)
                 pending[s][index] = (
                     built.path, headers, built.body, built.stream, built.requested_completion_tokens, model

@@ -22,7 +22,7 @@ from llmreplay.errors import BadInput
 from llmreplay.trace_format import SCHEDULE_COLUMNS
 from replayer.config import ScheduleConfig
 from replayer.plan.arrays import NONE, PLAN_COLUMNS, PlanArrays, int64_array
-from replayer.plan.phases import Phases, loop_span_ns, loops_for, trace_window
+from replayer.plan.phases import Phases, loop_name, loop_span_ns, loops_for, split_copy, trace_window
 
 CANCEL_KIND = "client_disconnected"
 MAX_PLANNED_REQUESTS = 100_000_000  # ~50 bytes a plan while planning, more while building bodies
@@ -264,6 +264,12 @@ def compress_idle_gaps(offsets_ns: np.ndarray, max_gap_ns: int | None) -> tuple[
 def copy_name(name: str, copy_index: int) -> str:
     """A request id or session key of copy k of a session (`#c<k>`; copy 0 keeps the original)."""
     return name if copy_index == 0 else f"{name}#c{copy_index}"
+
+
+def sent_name(name: str, plan_copy: int, loop_stride: int) -> str:
+    """The id a plan is sent and recorded under: its copy's `#c<k>`, then its soak loop's `#l<k>`."""
+    loop, copy = split_copy(plan_copy, loop_stride)
+    return loop_name(copy_name(name, copy), loop)
 
 
 def unit_hash(seed: int, key: str, salt: str = "") -> int:

@@ -25,8 +25,8 @@ from replayer.loop.request_file import RequestFields, read_fields, tail_body
 from replayer.loop.result_spool import outcome_of, read_spool
 from replayer.loop.runner import Sent
 from replayer.plan.arrays import PlanArrays
-from replayer.plan.phases import Phases, loop_name, split_copy
-from replayer.plan.schedule import copy_name
+from replayer.plan.phases import Phases, split_copy
+from replayer.plan.schedule import sent_name
 from replayer.plan.trace_rows import TraceRows
 from replayer.results.sorted_rows import SortedResultsWriter, bucket_bounds
 
@@ -169,8 +169,8 @@ def _planned(
     loop, copy = split_copy(plan.copy_index, phases.loop_stride)
     return ResultRow(
         **{name: record[name] for name in TRACE_COPIED},
-        request_id=loop_name(copy_name(record["request_id"], copy), loop),
-        session_id=None if session_id is None else loop_name(copy_name(session_id, copy), loop),
+        request_id=sent_name(record["request_id"], plan.copy_index, phases.loop_stride),
+        session_id=None if session_id is None else sent_name(session_id, plan.copy_index, phases.loop_stride),
         model=fields.model(plan.index),
         source_request_id=record["request_id"],
         copy_index=copy,
