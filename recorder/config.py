@@ -14,7 +14,7 @@ from llmreplay.options import duration_s, option
 from llmreplay.tokenizers import DEFAULT_TOKENIZER, parse_tokenizer_spec
 from llmreplay.trace_format import DEFAULT_BLOCK_SIZE
 
-DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
+DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/messages")
 DEFAULT_KEY_FILE = "~/.config/llmreplay/recorder.key"
 
 _SIZE_UNITS_BYTES = {

@@ -16,7 +16,6 @@ import orjson
 from llmreplay.error_kinds import error_kind_for_status
 from llmreplay.openai_wire.response import (
     ResponseShape,
-    call_text,
     counted_texts,
     summarize_json,
     summarize_stream,
@@ -27,10 +26,11 @@ from llmreplay.sse import SSESplitter
 from llmreplay.tokenizers import Tokenizer
 from llmreplay.trace_format import MessageShape, TraceRecord
 from llmreplay.trace_values import fits
+from recorder.answer_echo import Echo, echoed_answers
 from recorder.capture import Capture
 from recorder.decoding import make_decoder
 from recorder.keys import keyed_hash
-from recorder.request_shape import ChatMessage, RequestShape, parse_request
+from recorder.request_shape import RequestShape, parse_request
 from recorder.sessions import SessionLink, SessionTracker
 
 LINK_NEW = object()  # build(): link the capture into its session (the default)
@@ -51,16 +51,21 @@ class RecordBuilder:
         self.sessions = sessions
         self.encodings = EncodingCache(settings.tokenizer)
 
-    def build(self, cap: Capture, link: SessionLink | None | object = LINK_NEW) -> tuple[TraceRecord, list[str]]:
+    def build(
+        self, cap: Capture, link: SessionLink | None | object = LINK_NEW
+    ) -> tuple[TraceRecord, list[str]]:
         """The record of one capture; `link` given (not LINK_NEW): reuse that session link (a rebuild)."""
         problems: list[str] = []
         request = _parse_request(cap, problems, self.settings.content)
         response = _parse_response(cap, problems)
         error_kind = classify_error(cap, request, response)
         tokens = self._count_tokens(request, response, problems)
-        answer = _answer_message(response) if error_kind is None and response is not None else None
+        answered = error_kind is None and response is not None
+        answers = echoed_answers(cap.endpoint, response) if answered else ()
         if link is LINK_NEW:
-            link = self._link_session(cap, request, answer)
+            link = self._link_session(cap, request, answers)
+        if answered and response.response_id:
+            self._remember_response(cap, response.response_id, link)
         settings = self.settings
         offsets, timing = None, _timing(response)
         if response is not None and _is_sse(cap):
@@ -86,6 +91,7 @@ class RecordBuilder:
             retry_after_ms=_retry_after_ms(cap.retry_after) if cap.status == 429 else None,
             completion_tokens=tokens.completion,
             cached_tokens=response.cached_tokens if response else None,
+            cache_write_tokens=response.cache_write_tokens if response else None,
             tool_definition_tokens=tokens.tools,
             tool_calls_count=len(response.tool_calls) if response else 0,
             schema_tokens=tokens.schema,
@@ -141,16 +147,32 @@ class RecordBuilder:
         return _Tokens(prompt, completion, source, tools, schema, messages, prompt_ids)
 
     def _link_session(
-        self, cap: Capture, request: RequestShape, answer: ChatMessage | None
+        self, cap: Capture, request: RequestShape, answers: tuple[Echo, ...]
     ) -> SessionLink | None:
         end_ns = cap.last_byte_ns or cap.arrival_ns
         explicit = cap.session_value or (request.user if self.settings.session_from_user else None)
+        state = request.columns.get("server_state")
+        if not explicit and state == "conversation":
+            explicit = f"conversation\0{request.state_ref}"  # a stored conversation names its session
         if explicit:
             session_id = keyed_hash(self.settings.key, explicit, "s")
             return self.sessions.link_explicit(session_id, cap.request_id, cap.arrival_ns, end_ns)
+        if state == "previous_response_id":
+            return self.sessions.link_chained(
+                cap.request_id, self._response_key(request.state_ref), cap.arrival_ns
+            )
         if request.messages is not None and request.messages:
-            return self.sessions.link_chat(cap.request_id, request.messages, answer, cap.arrival_ns, end_ns)
+            return self.sessions.link_chat(cap.request_id, request.messages, answers, cap.arrival_ns, end_ns)
         return None
+
+    def _remember_response(self, cap: Capture, response_id: str, link: SessionLink | None) -> None:
+        """This answer's id (keyed: the raw id is neither kept nor written), for a later turn chained to it."""
+        link = link or SessionLink(cap.request_id)
+        end_ns = cap.last_byte_ns or cap.arrival_ns
+        self.sessions.remember_response(self._response_key(response_id), link, cap.request_id, end_ns)
+
+    def _response_key(self, response_id: str) -> str:
+        return keyed_hash(self.settings.key, response_id, "r")
 
 
 class EncodingCache:
@@ -200,7 +222,9 @@ def _parse_request(cap: Capture, problems: list[str], with_content: bool) -> Req
         return parse_request(cap.endpoint, cap.request_body or b"", with_content)
     except ValueError as exc:
         problems.append(str(exc))
-        return RequestShape()
+    except Exception as exc:  # noqa: BLE001 - a dialect reader tripped on a hostile body: the row still goes
+        problems.append(f"request body unreadable ({type(exc).__name__}: {exc})")
+    return RequestShape()
 
 
 def _timing(response: ResponseShape | None) -> StreamTiming:
@@ -278,11 +302,6 @@ def classify_error(cap: Capture, request: RequestShape, response: ResponseShape 
 
 def _generates(request: RequestShape, response: ResponseShape) -> bool:
     return bool(response.text or response.tool_calls or response.token_event_ns)
-
-
-def _answer_message(response: ResponseShape) -> ChatMessage:
-    """The assistant message a client echoes back next turn, flattened like request messages are."""
-    return ChatMessage("assistant", response.text + "".join(call_text(c) for c in response.tool_calls))
 
 
 def _retry_after_ms(value: str | None) -> int | None:

@@ -9,16 +9,14 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from llmreplay.openai_wire.message_text import content_text, message_text
-from llmreplay.trace_format import TOOL_CHOICES
+from llmreplay.openai_wire.dialects import dialect_for
+from llmreplay.openai_wire.message_text import PromptMessage as ChatMessage  # role and counted text
 
-
-@dataclass(frozen=True, slots=True)
-class ChatMessage:
-    """One message reduced to what counts tokens and identifies a turn: role and flattened text."""
-
-    role: str
-    text: str
+__all__ = ["ChatMessage", "RequestShape", "parse_request"]
+# Where each API keeps the prompt items, the system prompt and the output format (content columns
+# hold them as sent); the dialects (llmreplay.openai_wire) read their meaning.
+_ITEMS = {"chat_completions": "messages", "responses": "input", "messages": "messages"}
+_SYSTEM = {"responses": "instructions", "messages": "system"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +31,7 @@ class RequestShape:
     messages: tuple[ChatMessage, ...] | None = None  # chat-style requests
     prompt_text: str | None = None  # completions / embeddings
     prompt_token_ids: tuple[int, ...] | None = None  # a completions prompt sent as token ids
+    state_ref: str | None = None  # the stored response or conversation a Responses request continues
 
 
 def parse_request(endpoint: str, body: bytes, with_content: bool = True) -> RequestShape:
@@ -43,8 +42,10 @@ def parse_request(endpoint: str, body: bytes, with_content: bool = True) -> Requ
         raise ValueError(f"request body is not JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ValueError(f"request body is a JSON {type(data).__name__}, not an object")
+    dialect = dialect_for(endpoint)
     tools = data.get("tools") if isinstance(data.get("tools"), list) else None
-    structured, schema = _structured_output(data)
+    structured, schema = dialect.request_structured(data)
+    state, state_ref = dialect.server_state(data)
     columns = dict(
         model=_str(data.get("model")),
         stream=data.get("stream") is True,
@@ -56,24 +57,24 @@ def parse_request(endpoint: str, body: bytes, with_content: bool = True) -> Requ
         n=_int(data.get("n")),
         stop_present=bool(data.get("stop")),
         seed=_int(data.get("seed")),
-        tools_count=len(tools or ()),
-        tool_choice=_tool_choice(data.get("tool_choice")),
+        tools_count=len(dialect.request_tools(data)),
+        tool_choice=dialect.request_tool_choice(data),
         structured_output=structured,
+        server_state=state,
     )
     shape = dict(
         user=_str(data.get("user")),
         include_usage=_include_usage(data),
         tools_json=_json(tools) if tools else None,
-        schema_json=schema,
+        schema_json=_json(schema) if schema is not None else None,
+        state_ref=state_ref,
     )
-    if endpoint == "chat_completions":
-        raw = data.get("messages")
-        messages = raw if isinstance(raw, list) else []
-        shape.update(messages=tuple(_chat_message(m) for m in messages))
-        sent = ("content_messages", messages)
-    elif endpoint == "responses":
-        shape.update(messages=_responses_input(data))
-        sent = ("content_messages", data.get("input"))
+    if endpoint in _ITEMS:
+        raw = data.get(_ITEMS[endpoint])
+        if endpoint != "responses" and not isinstance(raw, list):
+            raw = []  # chat and Anthropic messages are arrays; a Responses input is kept as sent
+        shape.update(messages=tuple(ChatMessage(*m) for m in dialect.request_messages(data)))
+        sent = ("content_messages", raw)
     else:
         prompt = data.get("prompt" if endpoint == "completions" else "input")
         ids = _token_ids(prompt)
@@ -82,59 +83,23 @@ def parse_request(endpoint: str, body: bytes, with_content: bool = True) -> Requ
     if with_content:
         columns[sent[0]] = _json(sent[1])
         columns["content_tools"] = _json(tools) if tools else None
-        columns["content_response_format"] = (
-            _json(data["response_format"]) if "response_format" in data else None
-        )
+        fmt = _format_object(endpoint, data)
+        columns["content_response_format"] = _json(fmt) if fmt is not None else None
+        system = data.get(_SYSTEM[endpoint]) if endpoint in _SYSTEM else None
+        columns["content_system"] = _json(system) if system is not None else None
     return RequestShape(columns=columns, **shape)
 
 
-def _chat_message(message) -> ChatMessage:
-    return ChatMessage(*message_text(message))
-
-
-def _responses_input(data: dict) -> tuple[ChatMessage, ...]:
-    messages = []
-    if isinstance(data.get("instructions"), str):
-        messages.append(ChatMessage("system", data["instructions"]))
-    items = data.get("input")
-    if isinstance(items, str):
-        return (*messages, ChatMessage("user", items))
-    for item in items if isinstance(items, list) else ():
-        if not isinstance(item, dict):
-            continue
-        kind = item.get("type")
-        if kind == "function_call":
-            messages.append(
-                ChatMessage("assistant", f"{item.get('name') or ''}{item.get('arguments') or ''}")
-            )
-        elif kind == "function_call_output":
-            messages.append(ChatMessage("tool", str(item.get("output") or "")))
-        else:
-            messages.append(ChatMessage(_str(item.get("role")) or "user", content_text(item.get("content"))))
-    return tuple(messages)
-
-
-def _structured_output(data: dict) -> tuple[str, str | None]:
-    fmt = data.get("response_format")
-    if not isinstance(fmt, dict):
+def _format_object(endpoint: str, data: dict):
+    """The API's own output-format object: response_format, Responses text.format, Anthropic
+    output_format (or output_config.format)."""
+    if endpoint == "responses":
         text = data.get("text")
-        fmt = text.get("format") if isinstance(text, dict) else None  # Responses API
-    if not isinstance(fmt, dict):
-        return "none", None
-    kind = fmt.get("type")
-    if kind == "json_schema":
-        schema = fmt.get("json_schema", fmt)
-        schema = schema.get("schema", schema) if isinstance(schema, dict) else schema
-        return "json_schema", _json(schema)
-    if kind == "json_object":
-        return "json_object", None
-    return "none", None
-
-
-def _tool_choice(value) -> str | None:
-    if isinstance(value, dict):
-        return "function"
-    return value if isinstance(value, str) and value in TOOL_CHOICES else None
+        return text.get("format") if isinstance(text, dict) else None
+    if endpoint == "messages":
+        config = data.get("output_config")
+        return data.get("output_format", config.get("format") if isinstance(config, dict) else None)
+    return data.get("response_format")
 
 
 def _include_usage(data: dict) -> bool:

@@ -1,7 +1,8 @@
-"""Session inference: which earlier request a chat request continues, in bounded memory.
+"""Session inference: which earlier request a request continues, in bounded memory.
 
 Rule: request B continues request A when B's messages start with A's messages followed by A's
-answer (as an assistant message). Fed in completion order, which is the order clients see answers.
+answer (as the API echoes it back: one or more assistant messages), or when B names A's stored
+response (Responses `previous_response_id`, by a keyed hash of the id). Fed in completion order.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class SessionTracker:
         self.max_sessions = max_sessions
         self._chats: OrderedDict[bytes, _Turn] = OrderedDict()
         self._explicit: OrderedDict[str, _Turn] = OrderedDict()
+        self._responses: OrderedDict[str, _Turn] = OrderedDict()  # keyed hash of a response id
 
     def link_explicit(self, session_id: str, request_id: str, arrival_ns: int, end_ns: int) -> SessionLink:
         """A session named by a header or the `user` field: turns counted in completion order."""
@@ -57,15 +59,29 @@ class SessionTracker:
         self._put(self._explicit, session_id, _Turn(session_id, link.turn_index, request_id, end_ns))
         return link
 
+    def link_chained(self, request_id: str, state_key: str, arrival_ns: int) -> SessionLink:
+        """A request continuing a stored response: the turn after the one that answered with it (a
+        response never seen, or evicted, starts a session)."""
+        parent = self._responses.get(state_key)
+        if parent is None:
+            return SessionLink(request_id)
+        think_ns = max(0, arrival_ns - parent.end_ns)
+        return SessionLink(parent.session_id, parent.turn_index + 1, parent.request_id, think_ns)
+
+    def remember_response(self, response_key: str, link: SessionLink, request_id: str, end_ns: int) -> None:
+        """The turn that answered with this response id (its keyed hash), for the requests naming it."""
+        self._put(self._responses, response_key, _Turn(link.session_id, link.turn_index, request_id, end_ns))
+
     def link_chat(
         self,
         request_id: str,
         messages: tuple[ChatMessage, ...],
-        answer: ChatMessage | None,
+        answers: tuple[tuple[ChatMessage, ...], ...],
         arrival_ns: int,
         end_ns: int,
     ) -> SessionLink:
-        """Find the longest earlier (messages + answer) that prefixes `messages`; remember this turn."""
+        """Find the longest earlier (messages + answer) that prefixes `messages`; remember this turn
+        under each form its answer may come back in (`answers`)."""
         digest, parent = b"", None
         for message in messages:
             digest = _chain(digest, message)
@@ -80,8 +96,10 @@ class SessionTracker:
                 parent.request_id,
                 max(0, arrival_ns - parent.end_ns),
             )
-        if answer is not None:
-            key = _chain(digest, answer)
+        for answer in answers:
+            key = digest
+            for message in answer:
+                key = _chain(key, message)
             self._put(self._chats, key, _Turn(link.session_id, link.turn_index, request_id, end_ns))
         return link
 
@@ -92,4 +110,4 @@ class SessionTracker:
             table.popitem(last=False)
 
     def __len__(self) -> int:
-        return len(self._chats) + len(self._explicit)
+        return len(self._chats) + len(self._explicit) + len(self._responses)

@@ -202,7 +202,7 @@ def test_a_poisoned_content_trace_anonymizes(processes, start_sim, tmp_path):
 
 # -- 2. property-based hostile requests through one proxy ---------------------------------
 SESSION_HEADER = "X-Session-Id"
-PATHS = (CHAT, CHAT, "/v1/completions", "/v1/embeddings", "/v1/responses", CHAT + "?api-version=x")
+PATHS = (CHAT, CHAT, "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/messages", CHAT + "?v=x")
 SAMPLING = ("max_tokens", "max_completion_tokens", "max_output_tokens", "n", "seed", "top_p", "temperature")
 EDGE_INTS = (0, 1, -1, 2**15 - 1, 2**15, -(2**15) - 1, 2**31 - 1, 2**31, -(2**31) - 1, 2**32, 2**63 - 1,
              2**63, -(2**63), -(2**63) - 1, 2**64 - 1, 2**64, 2**70, -(2**70), 10**30)  # fmt: skip
@@ -267,6 +267,9 @@ def json_requests(draw) -> Hostile:
     elif path == "/v1/responses":
         obj["input"] = draw(st.one_of(st.text(max_size=40), st.lists(message, max_size=3), junk))
         obj.update(draw(st.dictionaries(st.just("instructions"), st.one_of(st.text(max_size=20), junk))))
+    elif path == "/v1/messages":  # Anthropic: content blocks under messages, a system string or blocks
+        obj["messages"] = draw(st.one_of(st.lists(message, max_size=3), junk))
+        obj.update(draw(st.dictionaries(st.just("system"), st.one_of(content, junk))))
     else:
         obj["prompt" if path == "/v1/completions" else "input"] = draw(prompt)
     obj.update(draw(st.dictionaries(st.sampled_from(SAMPLING), st.one_of(ints, floats, junk), max_size=5)))

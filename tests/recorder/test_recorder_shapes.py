@@ -194,10 +194,10 @@ def test_error_classification():
 def test_sessions_follow_messages_plus_answer():
     tracker = SessionTracker(max_sessions=10)
     q1, a1 = ChatMessage("user", "q1"), ChatMessage("assistant", "a1")
-    first = tracker.link_chat("r1", (q1,), a1, arrival_ns=0, end_ns=100)
+    first = tracker.link_chat("r1", (q1,), ((a1,),), arrival_ns=0, end_ns=100)
     assert (first.session_id, first.turn_index, first.parent_request_id) == ("r1", 0, None)
     second = tracker.link_chat(
-        "r2", (q1, a1, ChatMessage("user", "q2")), ChatMessage("assistant", "a2"), 150, 300
+        "r2", (q1, a1, ChatMessage("user", "q2")), ((ChatMessage("assistant", "a2"),),), 150, 300
     )
     assert (second.session_id, second.turn_index, second.parent_request_id, second.think_time_ns) == (
         "r1",
@@ -208,13 +208,13 @@ def test_sessions_follow_messages_plus_answer():
     third = tracker.link_chat(
         "r3",
         (q1, a1, ChatMessage("user", "q2"), ChatMessage("assistant", "a2"), ChatMessage("user", "q3")),
-        None,
+        (),
         400,
         500,
     )
     assert (third.session_id, third.turn_index, third.parent_request_id) == ("r1", 2, "r2")
     other = tracker.link_chat(
-        "r4", (q1, ChatMessage("assistant", "a different answer"), ChatMessage("user", "q2")), None, 0, 1
+        "r4", (q1, ChatMessage("assistant", "a different answer"), ChatMessage("user", "q2")), (), 0, 1
     )
     assert (other.session_id, other.turn_index) == ("r4", 0)
 
@@ -222,14 +222,14 @@ def test_sessions_follow_messages_plus_answer():
 def test_sessions_memory_is_bounded():
     tracker = SessionTracker(max_sessions=3)
     for i in range(10):
-        tracker.link_chat(f"r{i}", (ChatMessage("user", f"q{i}"),), ChatMessage("assistant", "a"), 0, 1)
+        tracker.link_chat(f"r{i}", (ChatMessage("user", f"q{i}"),), ((ChatMessage("assistant", "a"),),), 0, 1)
     assert len(tracker) == 3
     evicted = tracker.link_chat(
-        "x", (ChatMessage("user", "q0"), ChatMessage("assistant", "a"), ChatMessage("user", "n")), None, 2, 3
+        "x", (ChatMessage("user", "q0"), ChatMessage("assistant", "a"), ChatMessage("user", "n")), (), 2, 3
     )
     assert evicted.turn_index == 0  # the oldest conversation was forgotten: documented limit
     kept = tracker.link_chat(
-        "y", (ChatMessage("user", "q9"), ChatMessage("assistant", "a"), ChatMessage("user", "n")), None, 2, 3
+        "y", (ChatMessage("user", "q9"), ChatMessage("assistant", "a"), ChatMessage("user", "n")), (), 2, 3
     )
     assert (kept.session_id, kept.turn_index) == ("r9", 1)
 
