@@ -23,13 +23,14 @@ def _loads(record: TraceRecord, column: str, kind) -> object:
 
 def content_fields(row: ApiBody, record: TraceRecord, tag: str, history: Sequence[TraceRecord]) -> dict:
     """The recorded content as the API's fields; `history`: ancestors sent expanded, root first."""
-    prompt = tagged(_loads(record, "content_messages", (str, list)), tag)
+    prompt = _loads(record, "content_messages", (str, list))
     if history:
         items = []
         for turn in history:
             items += _as_items(_loads(turn, "content_messages", (str, list)))
             items += _output_items(row, turn)
         prompt = items + _as_items(prompt)
+    prompt = tagged(prompt, tag)  # in front of the whole history: a copy shares no prefix with its original
     fields = {row.prompt_field: prompt}
     if record.content_system is not None:
         fields[row.system_field] = _loads(record, "content_system", (str, list))

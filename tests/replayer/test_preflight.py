@@ -213,3 +213,32 @@ def test_skip_preflight_sends_none_and_run_json_keeps_what_was_found(tmp_path, s
     assert len(preflight) == found["requests_sent"] > 0
     assert min(r["arrival_unix_ns"] for r in preflight) > skipped["ended_unix_ns"]  # all the second run's
     assert len(logged) - len(preflight) == 6  # both replays' requests
+
+
+def test_the_probes_go_to_the_commonest_api_and_say_where_length_cannot_be_forced():
+    endpoints = ["responses"] * 3 + ["messages"] * 2 + ["embeddings"]
+    needs = trace_needs(_table(endpoint=endpoints), np.arange(6), None)
+    assert (needs.generating, needs.endpoint) == (5, "responses")
+    shape = ResponseShape(text="x", completion_tokens=3)
+    on_messages = check_length(Answer(200, shape), VLLM, endpoint="messages")
+    assert on_messages.outcome == WARN and "on /v1/messages" in on_messages.detail
+    on_responses = check_length(
+        Answer(200, ResponseShape(text="x", completion_tokens=6)), VLLM, endpoint="responses"
+    )
+    assert on_responses.outcome == OK and "ignore_eos" in on_responses.detail
+
+
+def test_against_the_sim_a_responses_and_messages_trace_is_probed_in_its_apis(tmp_path, start_sim_in_process):
+    sim = start_sim_in_process("fast", log_path=tmp_path / "truth.parquet")
+    items = json.dumps([{"role": "user", "content": "hi"}])
+    records = [
+        content_record(0, 0.0, endpoint="responses", content_messages=items),
+        content_record(1, 1.0, endpoint="responses", content_messages=items, stream=False),
+        content_record(2, 2.0, endpoint="messages", content_messages=items),
+    ]
+    found = _preflight(sim.url, _trace(tmp_path, records))
+    sim.stop()
+    checks = {c.name: c for c in found.checks}
+    assert checks["length"].outcome == OK and "ignore_eos" in checks["length"].detail
+    assert checks["cached_tokens"].outcome == OK and checks["stream:with usage"].outcome == OK
+    assert {r["endpoint"] for r in pq.read_table(sim.log_path).to_pylist()} == {"responses"}
