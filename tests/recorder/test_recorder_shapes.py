@@ -5,13 +5,15 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from llmreplay.openai_wire import messages_api, responses_api
 from llmreplay.openai_wire.endpoints import endpoint_for_path
-from llmreplay.openai_wire.response import summarize_json, summarize_stream
+from llmreplay.openai_wire.response import ResponseShape, summarize_json, summarize_stream
 from llmreplay.trace_format import REQUEST_COLUMNS
+from recorder.answer_echo import echoed_answers
 from recorder.capture import Capture
 from recorder.record_builder import classify_error
 from recorder.request_shape import ChatMessage, RequestShape, parse_request
-from recorder.sessions import SessionTracker
+from recorder.sessions import SessionLink, SessionTracker
 
 
 def body(**fields) -> bytes:
@@ -82,6 +84,7 @@ def test_endpoint_for_path():
     assert endpoint_for_path("/v1/chat/completions?x=1") == "chat_completions"
     assert endpoint_for_path("/openai/v1/completions") == "completions"
     assert endpoint_for_path("/v1/responses") == "responses"
+    assert endpoint_for_path("/v1/messages") == "messages"  # Anthropic
 
 
 def sse(*chunks) -> list[tuple[int, bytes]]:
@@ -239,3 +242,36 @@ def test_explicit_sessions_count_turns():
     assert tracker.link_explicit("s", "r1", 0, 10).turn_index == 0
     link = tracker.link_explicit("s", "r2", 25, 40)
     assert (link.turn_index, link.parent_request_id, link.think_time_ns) == (1, "r1", 15)
+
+
+def test_an_answer_echoed_back_is_found_in_each_apis_next_request():
+    call = {"id": "c1", "type": "function", "function": {"name": "find", "arguments": '{"q": "x", "n": 1}'}}
+    answer = ResponseShape(text="Looking.", reasoning_text="think", tool_calls=(call,))
+    items = [
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Looking."}]},
+        {"type": "function_call", "call_id": "c1", "name": "find", "arguments": '{"q": "x", "n": 1}'},
+    ]
+    echoed = responses_api.request_messages({"input": items})
+    assert set(echoed_answers("responses", answer)) == {echoed, echoed[1:]}  # with or without reasoning
+    blocks = [
+        {"type": "thinking", "thinking": "think", "signature": "sig"},
+        {"type": "text", "text": "Looking."},
+        {"type": "tool_use", "id": "c1", "name": "find", "input": {"q": "x", "n": 1}},
+    ]
+    with_thinking = messages_api.request_messages({"messages": [{"role": "assistant", "content": blocks}]})
+    without = messages_api.request_messages({"messages": [{"role": "assistant", "content": blocks[1:]}]})
+    assert set(echoed_answers("messages", answer)) == {with_thinking, without}
+
+
+def test_a_chained_request_continues_the_turn_that_answered_with_its_id():
+    tracker = SessionTracker(max_sessions=10)
+    first = tracker.link_chat("r1", (ChatMessage("user", "q"),), (), 0, 100)
+    tracker.remember_response("key-a", first, "r1", 100)
+    second = tracker.link_chained("r2", "key-a", 130)
+    assert (second.session_id, second.turn_index, second.parent_request_id, second.think_time_ns) == (
+        "r1", 1, "r1", 30,
+    )  # fmt: skip
+    tracker.remember_response("key-b", second, "r2", 200)
+    assert tracker.link_chained("r3", "key-b", 250).turn_index == 2
+    assert tracker.link_chained("r4", "never-seen", 300) == SessionLink("r4")  # a new session
