@@ -1,13 +1,16 @@
 """End to end: the real recorder in front of the real sim, driven by the official `openai` SDK's Responses
 API and the `anthropic` SDK: one row each, the dialect's shape and normalised usage, x-api-key never on
-disk, and a 3-turn Responses session chained by previous_response_id linked into one session."""
+disk, a 3-turn Responses session chained by previous_response_id linked into one session; the recorded
+trace anonymizes with --verify passing."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 
 import anthropic
 import pytest
+from live_processes import llmreplay_cmd
 from test_recorder_e2e import API_KEY, TOKENIZER, client, start_recorder, stop
 
 from llmreplay.tokenizers import load_tokenizer
@@ -106,3 +109,14 @@ def test_responses_and_messages_recorded_chained_and_keyless(processes, start_si
         assert row["cache_write_tokens"] is not None and row["cached_tokens"] is not None
         assert row["prompt_tokens"] >= row["cached_tokens"] + row["cache_write_tokens"]
         assert row["prompt_tokens"] >= sum(m["tokens"] for m in row["messages"]) // 2
+
+    anonymized = tmp_path / "anonymized.parquet"
+    done = subprocess.run(
+        llmreplay_cmd("anonymize", str(out), "-o", str(anonymized), "--tokenizer", TOKENIZER, "--verify"),
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0 and "verification PASSED" in done.stdout, done.stdout + done.stderr
+    assert "0 missed" in done.stdout
+    after = read_trace(anonymized).table.to_pylist()
+    assert [r["endpoint"] for r in after] == [r["endpoint"] for r in rows]
+    assert INSTRUCTIONS not in json.dumps([r["content_system"] for r in after])
