@@ -15,6 +15,7 @@ from pathlib import Path
 
 from llmreplay.metrics import BY_NAME, GATING, LATENCY_METRICS, PERCENTILES
 from replayer.report.svg import Chart, Series, render_chart
+from replayer.report.terminal import drift_rows
 
 COLORS = {"baseline": "#3b6ea8", "candidate": "#d9622b", "run": "#d9622b"}
 # Paired-ratio curves, in the order of the per-request metrics of llmreplay.metrics.METRICS.
@@ -626,19 +627,10 @@ def _drift_section(result: dict) -> str:
     """A soak's last loop against its first, paired by source request, and its server trends."""
     parts = []
     for label, drift in (result.get("drift") or {}).items():
-        rows = []
-        for name, by_q in drift["cells"].items():
-            if name == "error_rate":
-                continue
-            cells = []
-            for q in ("p50", "p95", "p99"):
-                cell = by_q.get(q)
-                if cell is None or cell["ratio"] is None:
-                    cells.append("-")
-                    continue
-                ci = f" [{cell['ci_low']:.2f}, {cell['ci_high']:.2f}]" if cell["ci_low"] is not None else ""
-                cells.append(f"×{cell['ratio']:.2f}{ci} {escape(cell['verdict'].replace('_', ' '))}")
-            rows.append([escape(name.upper()), *cells])
+        rows = [
+            [escape(name), *("-" if c is None else escape(f"{c[0]} {c[1]}") for c in cells)]
+            for name, cells in drift_rows(drift)
+        ]
         rate = drift["cells"].get("error_rate")
         if rate is not None and rate["first"] is not None:
             rows.append(

@@ -207,6 +207,7 @@ def _footer(result: dict, console: Console) -> None:
         console.print(f"[dim]note: {domains['note']}[/]")
 
 
+DRIFT_PERCENTILES = ("p50", "p95", "p99")  # replayer.compare.drift's
 DRIFT_STYLES = {
     "drifted_up": "bold red",
     "stable": "green",
@@ -242,26 +243,18 @@ def _drift(result: dict, console: Console) -> None:
             f"({drift['common_requests']['common']} requests paired; tolerance ±{drift['tolerance']:.0%})"
         )
         table.add_column("metric")
-        for q in ("p50", "p95", "p99"):
+        for q in DRIFT_PERCENTILES:
             table.add_column(q)
-        for name, by_q in drift["cells"].items():
-            if name == "error_rate":
-                continue
-            cells = []
-            for q in ("p50", "p95", "p99"):
-                cell = by_q.get(q)
-                if cell is None or cell["ratio"] is None:
-                    cells.append("-")
+        for name, cells in drift_rows(drift):
+            shown = []
+            for cell in cells:
+                if cell is None:
+                    shown.append("-")
                     continue
-                style = DRIFT_STYLES.get(cell["verdict"], "")
-                word = cell["verdict"].replace("_", " ")
-                ci = f"[{cell['ci_low']:.2f}, {cell['ci_high']:.2f}]" if cell["ci_low"] is not None else ""
-                cells.append(
-                    f"x{cell['ratio']:.2f} {ci} [{style}]{word}[/]"
-                    if style
-                    else f"x{cell['ratio']:.2f} {word}"
-                )
-            table.add_row(name.upper(), *cells)
+                numbers, word = cell
+                style = DRIFT_STYLES.get(word.replace(" ", "_"), "")
+                shown.append(f"{numbers} [{style}]{word}[/]" if style else f"{numbers} {word}")
+            table.add_row(name, *shown)
         console.print(table)
         rate = drift["cells"].get("error_rate")
         if rate is not None and rate["first"] is not None:
@@ -276,3 +269,21 @@ def _drift(result: dict, console: Console) -> None:
         console.print(f"drift: {escape(drift['headline'])}", soft_wrap=True)
         for line in drift["findings"]:
             console.print(f"[bold red]finding:[/] {escape(line)}", soft_wrap=True)
+
+
+def drift_rows(drift: dict) -> list[tuple[str, list[tuple[str, str] | None]]]:
+    """Each latency metric of a drift section with (ratio and CI, verdict words) per percentile; None: no data."""
+    rows = []
+    for name, by_q in drift["cells"].items():
+        if name == "error_rate":
+            continue
+        cells: list[tuple[str, str] | None] = []
+        for q in DRIFT_PERCENTILES:
+            cell = by_q.get(q)
+            if cell is None or cell["ratio"] is None:
+                cells.append(None)
+                continue
+            ci = f" [{cell['ci_low']:.2f}, {cell['ci_high']:.2f}]" if cell["ci_low"] is not None else ""
+            cells.append((f"x{cell['ratio']:.2f}{ci}", cell["verdict"].replace("_", " ")))
+        rows.append((name.upper(), cells))
+    return rows

@@ -40,3 +40,14 @@ def test_a_warmed_up_run_s_cold_start_is_its_warm_up():
 def test_without_warm_up_the_cold_start_is_the_first_requests():
     section = cold_start(load_side(GOLDEN / "run-v1.3", "run"))
     assert section["source"] == "first_requests" and section["of"] == 21 and 1 <= section["requests"] < 21
+
+
+def test_compare_of_a_warmed_up_run_with_its_trace_compares_the_measured_window_only():
+    from replayer.compare.config import CompareConfig
+    from replayer.compare.sides import compare_sides
+
+    run = load_side(GOLDEN / "run-v1.4", "candidate")
+    trace = load_side(GOLDEN / "trace-v1.2.parquet", "baseline")
+    result = compare_sides(trace, run, CompareConfig())
+    assert result["common_requests"] == {"common": 16, "baseline_only": 5, "candidate_only": 0}
+    assert result["sides"]["candidate"]["requests"] == 16 and result["cold_start"]["candidate"]["requests"] == 5
