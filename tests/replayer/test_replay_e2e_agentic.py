@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from live_processes import llmreplay_cmd
@@ -121,3 +123,39 @@ def test_a_chained_responses_session_is_sent_with_staging_ids_or_expanded(tmp_pa
     }
     preflight = run_info(out)["preflight"]
     assert any(c["name"] == "responses_state" and mode in c["detail"] for c in preflight["checks"])
+
+
+def test_recorded_with_the_sdks_anonymized_replayed_and_compared_faithful(processes, start_sim, tmp_path):
+    """Issue #19's whole path: the openai SDK's Responses API (a 3-turn previous_response_id chain) and the
+    anthropic SDK through the recorder in front of the sim -> anonymize --verify -> replay (chain) ->
+    compare of the anonymized recording with the run: faithful, exit 0."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "recorder"))  # the recorder tests' SDK drivers
+    from test_recorder_agentic_e2e import _anthropic_turns, _responses_turn
+    from test_recorder_e2e import TOKENIZER, client, start_recorder, stop
+
+    sim = start_sim("--profile", "fast", *NEVER_EOS)
+    recorded, anonymized, out = tmp_path / "trace", tmp_path / "anonymized.parquet", tmp_path / "run"
+    base, recorder = start_recorder(processes, tmp_path, sim, recorded, "--content")
+    cli = client(base)
+    first = _responses_turn(cli, "r0", "Plan a day in Rome.", None, stream=True)
+    second = _responses_turn(cli, "r1", "Make it cheaper.", first, stream=True)
+    _responses_turn(cli, "r2", "Thanks.", second, stream=False)
+    _anthropic_turns(base)
+    stop(recorder)
+    done = subprocess.run(
+        llmreplay_cmd("anonymize", str(recorded), "-o", str(anonymized), "--tokenizer", TOKENIZER, "--verify"),
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    replayed = run_replay(anonymized, sim, out, "--fit-lengths", "--max-dispatch-lag", "1s")
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr[-2000:]
+    rows = results(out)
+    assert len(rows) == 5 and all(r["error_kind"] is None for r in rows)
+    assert all(r["completion_tokens"] == r["recorded_completion_tokens"] for r in rows)
+    assert run_info(out)["builder"]["responses_state"]["chained"] == 2
+    compared = subprocess.run(
+        llmreplay_cmd("compare", str(anonymized), str(out), "--json", "--max-dispatch-lag", "1s"),
+        capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+    result = json.loads(compared.stdout)
+    assert compared.returncode == 0 and not result["fidelity"]["unfaithful"], result["fidelity"]
