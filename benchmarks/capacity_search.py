@@ -2,18 +2,21 @@
 precision, and how far the knee and the SLO limit it finds are from the sim's analytical capacity
 (llmreplay/sim/capacity_model.py). Prints figures; asserts nothing about time.
 
-A synthetic trace of evenly spaced streamed requests of fixed lengths (no prefix sharing) is replayed
-by `llmreplay capacity --by scale` against a sim of `--profile` with a TPOT SLO the model can place.
+A synthetic trace of evenly spaced streamed requests of fixed lengths (no prefix sharing) is searched
+twice by `llmreplay capacity --by scale`, each against a fresh sim of `--profile`: with a TPOT SLO the
+model can place (the SLO limit), and with a loose TTFT SLO, so that the search runs into the knee.
 The fixed sweep is not run: its cost is its step count (a linear sweep from the start factor to the
-limit found, in steps of precision x limit) times the search's median step seconds.
+point found, in steps of precision x that factor) times the search's median step seconds.
 
     .venv/bin/python benchmarks/capacity_search.py [--profile slow] [--rate 2] [--prompt 256] [--output 64]
-        [--tpot-ms 20] [--window 20s] [--warmup 5s] [--precision 0.05] [--budget 15m] [--out DIR]
+        [--tpot-ms 20] [--ttft-ms 2000] [--window 20s] [--warmup 5s] [--precision 0.05] [--budget 15m]
+        [--max-dispatch-lag 50ms] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import random
@@ -72,10 +75,10 @@ def make_trace(path: Path, times_s: list[float], prompt: int, output: int, seed:
     return len(records)
 
 
-def run_capacity(args, trace: Path, url: str, out: Path) -> tuple[dict, float, int]:
+def run_capacity(args, slo: str, trace: Path, url: str, out: Path) -> tuple[dict, float]:
     cmd = [
         sys.executable, "-m", "llmreplay.cli", "capacity", str(trace), "--target", url, "-o", str(out),
-        "--slo", f"tpot_p95<={args.tpot_ms:g}ms", "--by", "scale", "--window", args.window, "--warmup", args.warmup,
+        "--slo", slo, "--by", "scale", "--window", args.window, "--warmup", args.warmup,
         "--precision", str(args.precision), "--budget", args.budget,
         "--max-dispatch-lag", args.max_dispatch_lag, "--quiet",
     ]  # fmt: skip
@@ -86,7 +89,7 @@ def run_capacity(args, trace: Path, url: str, out: Path) -> tuple[dict, float, i
     if not path.is_file():
         sys.exit(f"capacity wrote no capacity.json (exit {done.returncode}):\n{done.stderr[-3000:]}")
     print(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else f"(exit {done.returncode})")
-    return json.loads(path.read_text()), total_s, done.returncode
+    return json.loads(path.read_text()), total_s
 
 
 def sweep_steps(start: float, limit: float, precision: float) -> int:
@@ -104,79 +107,92 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=2.0, help="the trace's own rate, req/s (factor 1)")
     parser.add_argument("--prompt", type=int, default=256)
     parser.add_argument("--output", type=int, default=64)
-    parser.add_argument("--tpot-ms", type=float, default=20.0)
+    parser.add_argument("--tpot-ms", type=float, default=20.0, help="the SLO of the limit search")
+    parser.add_argument("--ttft-ms", type=float, default=2000.0, help="the loose SLO of the knee search")
     parser.add_argument("--window", default="20s")
     parser.add_argument("--warmup", default="5s")
     parser.add_argument("--precision", type=float, default=0.05)
-    parser.add_argument("--budget", default="15m")
+    parser.add_argument("--budget", default="15m", help="of each search")
     parser.add_argument(
-        "--max-dispatch-lag",
-        default="50ms",
-        help="client-bound above this (the machine is shared: 5 ms is strict)",
+        "--max-dispatch-lag", default="50ms", help="client-bound above this (a shared machine)"
     )
-    parser.add_argument(
-        "--out", type=Path, default=None, help="capacity directory (default: a temporary one)"
-    )
+    parser.add_argument("--out", type=Path, default=None, help="keep the capacity directories here")
     args = parser.parse_args()
 
     config, mix = build_config(args.profile, {}), RequestMix.fixed(args.prompt, args.output)
-    knee_model = saturation(config, mix).rate_per_s / args.rate
-    limit_model = max_rate_for_tpot(config, mix, args.tpot_ms / 1e3) / args.rate
     window_s = parse_duration_ns(args.window, "--window") / 1e9
     warmup_s = parse_duration_ns(args.warmup, "--warmup") / 1e9
     times = arrivals_s(
         args.rate, warmup_s, warmup_s + 2 * window_s + 1
     )  # room for the 2x-window sustain step
+    searches = {  # name -> (SLO, the model's rate for what that search finds)
+        "limit": (f"tpot_p95<={args.tpot_ms:g}ms", max_rate_for_tpot(config, mix, args.tpot_ms / 1e3)),
+        "knee": (f"ttft_p95<={args.ttft_ms:g}ms", saturation(config, mix).rate_per_s),
+    }
     with tempfile.TemporaryDirectory(prefix="bench-capacity-") as tmp:
         tmp_path = Path(tmp)
-        out = args.out or tmp_path / "capacity"
         trace = tmp_path / "trace.parquet"
         count = make_trace(trace, times, args.prompt, args.output)
-        port = free_port()
-        log = tmp_path / "sim.log"
-        sim_cmd = [sys.executable, "-m", "llmreplay.cli", "sim", "--host", "127.0.0.1", "--port", str(port),
-                   "--profile", args.profile, "--block-size", str(BLOCK_SIZE)]  # fmt: skip
-        with open(log, "wb") as sim_out:
-            sim = subprocess.Popen(sim_cmd, cwd=ROOT, stdout=sim_out, stderr=subprocess.STDOUT)
-        try:
-            wait_http_ok(f"http://127.0.0.1:{port}/health", sim, 60, log=log)
-            print(
-                f"trace: {count} requests at {args.rate:g} req/s, prompt {args.prompt}, output {args.output} tokens; "
-                f"sim --profile {args.profile}; SLO tpot_p95<={args.tpot_ms:g}ms; window {args.window}, "
-                f"warm-up {args.warmup}, precision {args.precision:.0%}, budget {args.budget}, "
-                f"client-bound above dispatch lag p99 {args.max_dispatch_lag}"
-            )
-            capacity, total_s, _ = run_capacity(args, trace, f"http://127.0.0.1:{port}", out)
-        finally:
-            stop_process(sim)
-    report(capacity, total_s, args, knee_model, limit_model)
+        print(
+            f"trace: {count} requests at {args.rate:g} req/s, prompt {args.prompt}, output {args.output} tokens; "
+            f"sim --profile {args.profile}; window {args.window}, warm-up {args.warmup}, precision "
+            f"{args.precision:.0%}, budget {args.budget} a search, client-bound above dispatch lag p99 "
+            f"{args.max_dispatch_lag}"
+        )
+        for name, (slo, model_rate) in searches.items():
+            out = (args.out or tmp_path) / f"capacity-{name}"
+            print(f"\n== the {name} search: --slo '{slo}'")
+            with running_sim(args.profile, tmp_path / f"sim-{name}.log") as url:  # a fresh engine each
+                capacity, total_s = run_capacity(args, slo, trace, url, out)
+            report(capacity, total_s, args.precision, name, model_rate)
 
 
-def report(capacity: dict, total_s: float, args, knee_model: float, limit_model: float) -> None:
+@contextlib.contextmanager
+def running_sim(profile: str, log: Path):
+    port = free_port()
+    cmd = [sys.executable, "-m", "llmreplay.cli", "sim", "--host", "127.0.0.1", "--port", str(port),
+           "--profile", profile, "--block-size", str(BLOCK_SIZE)]  # fmt: skip
+    with open(log, "wb") as out:
+        sim = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_http_ok(f"http://127.0.0.1:{port}/health", sim, 60, log=log)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(sim)
+
+
+def report(capacity: dict, total_s: float, precision: float, name: str, model_rate: float) -> None:
     steps = capacity["steps"]
     step_s = [s["elapsed_s"] for s in steps]
-    replay_s = sum(step_s)
     median_s = statistics.median(step_s) if step_s else 0.0
-    knee, limit = capacity.get("knee") or {}, capacity.get("slo_limit") or {}
     window, warmup = capacity["window"], capacity["warmup"]
     print(f"window {window['start_s']:g}-{window['end_s']:g} s ({window['requests']} requests), "
-          f"warm-up {warmup['length_s']:g} s ({warmup['requests']} requests)")  # fmt: skip
-    print(f"stop reason: {capacity['stop_reason']}")
+          f"warm-up {warmup['length_s']:g} s ({warmup['requests']} requests); stop reason: {capacity['stop_reason']}")  # fmt: skip
     print(f"search: {len(steps)} steps ({sum(s['kind'] == 'sustain' for s in steps)} sustain), "
-          f"{replay_s:.0f} s replaying, {total_s:.0f} s in all (median step {median_s:.1f} s)")  # fmt: skip
-    print("factors tried: " + ", ".join(f"x{s['factor']:g}{'(sustain)' if s['kind'] == 'sustain' else ''}"
+          f"{sum(step_s):.0f} s replaying, {total_s:.0f} s in all (median step {median_s:.1f} s)")  # fmt: skip
+    print("factors tried: " + ", ".join(f"x{s['factor']:g}{' sustain' if s['kind'] == 'sustain' else ''}"
                                         f" {s['verdict']}" for s in steps))  # fmt: skip
-    if limit.get("factor"):
-        count = sweep_steps(capacity["settings"]["start_factor"], limit["factor"], args.precision)
+    point = capacity.get("slo_limit") if name == "limit" else capacity.get("knee")
+    found = (point or {}).get("factor")
+    per_factor = (
+        statistics.median(s["offered"]["requests_per_s"] / s["factor"] for s in steps) if steps else 0
+    )
+    if found:
+        start = capacity["settings"]["start_factor"]
+        count = sweep_steps(start, found, precision)
         print(
-            f"fixed sweep at the same precision: {count} steps (x{capacity['settings']['start_factor']:g} to "
-            f"x{limit['factor']:g} in steps of {args.precision:g} x the limit); its cost, not run but estimated as "
-            f"{count} x the search's median step {median_s:.1f} s = {count * median_s:.0f} s"
+            f"fixed sweep at the same precision: {count} steps (x{start:g} to x{found:.3g} in steps of "
+            f"{precision:g} x it); its cost, not run but estimated as {count} x the search's median step "
+            f"{median_s:.1f} s = {count * median_s:.0f} s"
         )
+    model = model_rate / per_factor if per_factor else float("nan")
+    print(f"{name} factor: {off_by(found, model)}; bracket {(point or {}).get('bracket')}")
+    if name == "limit":
+        print("  (the model's limit is where the mean TPOT, one step time, reaches the threshold; the search "
+              "judges the upper bound of p95's CI, so it lands below)")  # fmt: skip
     else:
-        print("fixed sweep: no SLO limit found, so no sweep to compare with")
-    print(f"knee factor: {off_by(knee.get('factor'), knee_model)}; bracket {knee.get('bracket')}")
-    print(f"SLO limit factor: {off_by(limit.get('factor'), limit_model)}; bracket {limit.get('bracket')}")
+        print("  (the model's knee: the saturation rate over the offered rate per unit of factor, "
+              f"{per_factor:.3g} req/s)")  # fmt: skip
 
 
 if __name__ == "__main__":
