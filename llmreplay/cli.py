@@ -31,6 +31,7 @@ SUBCOMMANDS = {
     "capacity": "replayer.capacity.cli:capacity",
     "barrier": "replayer.launch.cli:barrier",
     "k8s-job": "replayer.launch.cli:k8s_job",
+    "merge": "replayer.launch.cli:merge",
 }
 
 

@@ -105,6 +105,9 @@ class ResultRow:
     # The run's phases (replayer.plan.phases); an older run reads warmup False and loop 0.
     warmup: bool = column(BOOL, False, since="1.4")  # replayed before the measured window: in no verdict
     loop: int = column(INT32, 0, since="1.4")  # the --soak loop (0 without --soak)
+    # A merged multi-host run's (llmreplay merge): the host and shard that sent the row; null otherwise.
+    host: str | None = column(STRING, None, since="1.4")
+    shard: int | None = column(INT16, None, since="1.4")
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +216,12 @@ class RunInfo:
     preflight: dict[str, Any] | None = None  # since 1.3: the target checked before the clock; null: skipped
     # since 1.4: warm-up, measured window and soak loops (planned, completed); replayer.plan.phases
     phases: dict[str, Any] | None = None
+    # since 1.4, multi-host replays (replayer.plan.host_shards, replayer.host_clock): what identifies the
+    # trace's rows, this shard's plan, the host clock at arm and end; a merged run's hosts
+    trace_fingerprint: str | None = None
+    shard_plan: dict[str, Any] | None = None
+    clock: dict[str, Any] | None = None
+    hosts: list[dict[str, Any]] | None = None
     run_format_version: str = RUN_FORMAT_VERSION
 
 

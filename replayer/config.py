@@ -111,6 +111,69 @@ class ScheduleConfig:
     )
 
 
+def parse_shard(text: str, flag: str) -> tuple[int, int]:
+    """`K/N` (0 <= K < N) -> (K, N)."""
+    index, sep, count = text.partition("/")
+    try:
+        k, n = int(index), int(count)
+    except ValueError:
+        k, n = -1, 0
+    if not sep or n < 1 or not 0 <= k < n:
+        raise BadInput(f"{flag} {text!r}: expected K/N with 0 <= K < N, e.g. 0/4 (the first of four hosts)")
+    return k, n
+
+
+def parse_start_at(text: str, flag: str) -> int:
+    """Unix seconds (`1767225600.5`) or ISO 8601 with a zone (`2026-12-01T15:00:00Z`) -> unix ns."""
+    import datetime
+
+    try:
+        return int(round(float(text) * NS_PER_S))
+    except ValueError:
+        pass
+    try:
+        when = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise BadInput(
+            f"{flag} {text!r}: expected unix seconds or an ISO 8601 time with a zone, e.g. 2026-12-01T15:00:00Z"
+        )
+    return int(when.timestamp()) * NS_PER_S + when.microsecond * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class MultiHostConfig:
+    """One shard of a replay spread over hosts (replayer.plan.host_shards), started together."""
+
+    shard: tuple[int, int] | None = option(
+        None,
+        parse=parse_shard,
+        metavar="K/N",
+        help="Replay shard K of N (whole sessions, packed by busiest second).",
+    )
+    start_at_ns: int | None = option(
+        None,
+        flags=("--start-at",),
+        parse=parse_start_at,
+        metavar="TIME",
+        help="Start the schedule at this wall-clock time (unix seconds or ISO 8601), paced on the monotonic clock.",
+    )
+    start_barrier: str | None = option(
+        None,
+        metavar="URL",
+        check=http_url,
+        help="Start when `llmreplay barrier` at URL releases every shard (and measure this clock against it).",
+    )
+    barrier_timeout_ns: int = option(
+        1800 * NS_PER_S, flags=("--barrier-timeout",), help="Longest wait at --start-barrier.", **duration()
+    )
+    ray_address: str | None = option(
+        None, flags=("--ray",), metavar="ADDRESS", help="Run --shards shards on a Ray cluster, one a node."
+    )
+    shards: int | None = option(None, type=int, metavar="N", help="With --ray: how many shards (nodes).")
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayConfig:
     """Everything one replay run needs. `api_key` and header values never reach a file."""
@@ -225,6 +288,7 @@ class ReplayConfig:
     quiet: bool = option(
         False, flag_value=True, help="No progress display and no table: the one-line verdict only."
     )
+    multihost: MultiHostConfig = field(default_factory=MultiHostConfig)
 
     def public_dict(self) -> dict:
         """The configuration for run.json: no API key, header names only (values may be secrets)."""

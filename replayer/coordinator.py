@@ -36,6 +36,7 @@ from replayer.loop.runner import USER_AGENT, LoopSettings
 from replayer.loop.worker import WorkerJob
 from replayer.plan.arrays import int64_array
 from replayer.plan.bounds import check_prompt_sizes, check_span, within_duration
+from replayer.plan.host_shards import select_shard, trace_fingerprint
 from replayer.plan.phases import Phases, completed_loops
 from replayer.plan.prepare import BuildJob, Shard, prepare_bodies
 from replayer.plan.request_builder import ENDPOINT_PATHS, BuildOptions, sent_model
@@ -81,6 +82,7 @@ class Planned:
     idle_removed_ns: int
     span_ns: int
     phases: Phases = Phases()  # warm-up and --soak loops
+    shard_plan: dict | None = None  # --shard K/N: the split of the sessions (replayer.plan.host_shards)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,7 @@ class Ready:
     idle_removed_ns: int
     span_ns: int
     phases: Phases = Phases()
+    shard_plan: dict | None = None
 
 
 def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
@@ -148,6 +151,13 @@ def _plan(config: ReplayConfig) -> Planned:
     trace = read_trace_rows(config.trace_path)
     rows = schedule_input(trace.table)
     schedule = build_schedule(rows, config.schedule)
+    schedule, shard_plan = select_shard(  # --shard K/N: this host's whole sessions only
+        schedule,
+        trace.table.column("session_id"),
+        config.multihost.shard,
+        config.schedule.seed,
+        config.workers,
+    )
     endpoints = trace.table.column("endpoint")
     supported = np.asarray(pc.is_in(endpoints, pa.array(list(ENDPOINT_PATHS))).to_numpy(zero_copy_only=False))
     keep = supported[schedule.record_index]
@@ -173,6 +183,7 @@ def _plan(config: ReplayConfig) -> Planned:
         idle_removed_ns,
         span_ns,
         phases,
+        shard_plan,
     )
 
 
@@ -261,6 +272,7 @@ def _ready(
         planned.idle_removed_ns,
         planned.span_ns,
         planned.phases,
+        planned.shard_plan,
     )
 
 
@@ -330,6 +342,9 @@ def _run_info(
         server_metrics=execution.scraper_info,
         summary=summary,
         preflight=None if preflight is None else preflight.as_dict(),
+        trace_fingerprint=trace_fingerprint(trace.table),
+        shard_plan=ready.shard_plan,
+        clock=execution.clock,
     )
 
 

@@ -7,11 +7,13 @@ A read is cheap and bounded (a syscall, a 2 s chronyc, a few HTTP round trips): 
 from __future__ import annotations
 
 import ctypes
+import http.client
 import json
+import os
 import shutil
 import subprocess
 import time
-import urllib.request
+import urllib.parse
 from dataclasses import asdict, dataclass
 
 STA_UNSYNC = 0x0040
@@ -130,22 +132,37 @@ def offset_against(
     time_url: str, samples: int = OFFSET_SAMPLES, timeout_s: float = 2.0
 ) -> OffsetSample | None:
     """This clock minus the one behind `time_url` (a GET answering {"unix_ns": N}, as `llmreplay barrier`
-    serves it); None when it does not answer."""
+    serves it), over one kept-alive connection; None when it does not answer."""
+    parts = urllib.parse.urlsplit(time_url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
     best: tuple[int, int] | None = None
     answered = 0
-    for _ in range(samples):
-        sent_mono, sent_wall = time.perf_counter_ns(), time.time_ns()
-        try:
-            with urllib.request.urlopen(time_url, timeout=timeout_s) as response:  # noqa: S310 (http only)
+    try:
+        for _ in range(samples):
+            sent_mono, sent_wall = time.perf_counter_ns(), wall_ns()
+            try:
+                connection.request("GET", parts.path or "/time")
+                response = connection.getresponse()
                 remote = int(json.loads(response.read(4096))["unix_ns"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        rtt = time.perf_counter_ns() - sent_mono
-        answered += 1
-        midpoint = sent_wall + rtt // 2
-        if best is None or rtt < best[1]:
-            best = (midpoint - remote, rtt)
+            except (OSError, ValueError, KeyError, TypeError, http.client.HTTPException):
+                connection.close()
+                continue
+            rtt = time.perf_counter_ns() - sent_mono
+            answered += 1
+            if best is None or rtt < best[1]:
+                best = (sent_wall + rtt // 2 - remote, rtt)
+    finally:
+        connection.close()
     return None if best is None else OffsetSample(best[0], best[1], answered)
+
+
+def wall_ns() -> int:
+    """This host's wall clock. LLMREPLAY_TEST_CLOCK_SKEW_NS shifts it: a test hook that makes one process
+    a host whose clock is off by that much (its start and its measured offset both move, as they would)."""
+    return time.time_ns() + _SKEW_NS
+
+
+_SKEW_NS = int(os.environ.get("LLMREPLAY_TEST_CLOCK_SKEW_NS", "0") or 0)
 
 
 def clock_report(time_url: str | None) -> dict:
@@ -153,7 +170,7 @@ def clock_report(time_url: str | None) -> dict:
     kernel = kernel_clock()
     offset = offset_against(time_url) if time_url else None
     return {
-        "unix_ns": time.time_ns(),
+        "unix_ns": wall_ns(),
         "kernel": None if kernel is None else asdict(kernel),
         "chrony": chrony_tracking(),
         "offset": None if offset is None else {**asdict(offset), "bound_ns": offset.bound_ns},

@@ -16,6 +16,7 @@ from llmreplay.errors import BadInput
 from replayer.config import ReplayConfig
 from replayer.loop.worker import STAT_SLOTS, WorkerJob, worker_main
 from replayer.plan.prepare import Prepared
+from replayer.shared_start import arm_start, end_clock
 
 if TYPE_CHECKING:
     from replayer.results.server_metrics import MetricsScraper
@@ -38,6 +39,7 @@ class Execution:
     workers: list[dict]
     scraper: MetricsScraper | None
     scraper_info: dict | None
+    clock: dict | None = None  # a multi-host run's host clock at arm and end (replayer.shared_start)
 
 
 class _Workers:
@@ -123,13 +125,18 @@ def _drive(
     if workers.interrupted:
         workers.tell(("stop",))
         return _finish(workers, None, prepared, (started_unix_ns, None, None), "interrupted", config)
-    start_ns = time.perf_counter_ns() + config.start_delay_ns
-    start_unix_ns = time.time_ns() + config.start_delay_ns
+    try:
+        armed = arm_start(config.multihost, config.start_delay_ns)  # a shared start may wait at the barrier
+    except BaseException:
+        workers.tell(("stop",))
+        raise
+    start_ns, start_unix_ns = armed.start_mono_ns, armed.start_unix_ns
     scraper = _start_scraper(config, target, start_ns)
     for pipe in workers.pipes:
         pipe.send(("start", start_ns))
     _watch(workers, jobs, config, console, start_ns)
-    return _finish(workers, scraper, prepared, (started_unix_ns, start_unix_ns, start_ns), None, config)
+    execution = _finish(workers, scraper, prepared, (started_unix_ns, start_unix_ns, start_ns), None, config)
+    return dataclasses.replace(execution, clock=end_clock(config.multihost, armed.clock_arm))
 
 
 def _start_scraper(config: ReplayConfig, target: TargetInfo, start_ns: int) -> MetricsScraper | None:
@@ -223,8 +230,12 @@ def _finish(workers: _Workers, scraper, prepared: Prepared, start, stop_reason, 
         start_mono_ns=start[2],
         stop_reason=stop_reason or _run_stop_reason(reasons),
         build_s=round(prepared.build_s, 3),
-        builder={"peak_rss_mb": prepared.peak_rss_mb, "in_process": prepared.in_process, "prompt_fit": prepared.fit,
-                 "responses_state": prepared.responses_state},
+        builder={
+            "peak_rss_mb": prepared.peak_rss_mb,
+            "in_process": prepared.in_process,
+            "prompt_fit": prepared.fit,
+            "responses_state": prepared.responses_state,
+        },
         workers=reports,
         scraper=scraper,
         scraper_info=scraper_info,

@@ -135,3 +135,56 @@ def _check_dns_label(name: str) -> None:
 
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?", name):
         raise BadInput(f"--name {name!r}: must be a DNS label (lowercase letters, digits, '-'; at most 42)")
+
+
+@dataclass(frozen=True, slots=True)
+class MergeConfig:
+    """What `merge` needs besides the shards' run directories."""
+
+    out: str = option(flags=("-o", "--out"), required=True, metavar="DIR", help="Run directory to create.")
+    clock_budget_ns: int | None = option(
+        None,
+        flags=("--clock-budget",),
+        help="Largest cross-host clock error bound the merged run may carry; above it the run is flagged "
+        "(default: 10% of the merged schedule's median inter-arrival).",
+        **duration(),
+    )
+    allow_missing_shards: bool = option(
+        False,
+        flag_value=True,
+        help="Merge the shards given even when some are missing (the run is incomplete).",
+    )
+
+
+@click.command("merge")
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@options.click_options(MergeConfig)
+def merge(runs, **values):
+    """Merge the shard runs of one multi-host replay into one run: raw rows, every statistic recomputed.
+
+    Exit 1 when the merged run's verdict fails or its cross-host clock bound is over --clock-budget.
+    """
+    from pathlib import Path
+
+    from llmreplay.output_paths import check_output_dir
+    from replayer.results.merge_runs import load_shard_runs, write_merged_run
+
+    config = options.build(MergeConfig, values)
+    out = check_output_dir(config.out)
+    if (out / "results.parquet").exists() or (out / "run.json").exists():
+        raise BadInput(f"-o {out}: already holds a run; choose a new -o directory")
+    shard_runs = load_shard_runs(list(runs))
+    summary, clock = write_merged_run(
+        shard_runs, Path(out), config.clock_budget_ns, config.allow_missing_shards
+    )
+    headline = summary["verdict"]["headline"]
+    bound = clock["cross_host_bound_ns"]
+    bound_text = "unmeasured" if bound is None else f"{bound / 1e6:.3f} ms"
+    budget = clock["budget_ns"]
+    click.echo(f"merged {len(shard_runs)} shards into {out}: {summary['sent']} requests sent; {headline}")
+    click.echo(
+        f"cross-host clock bound {bound_text} (budget {'-' if budget is None else f'{budget / 1e6:.3f} ms'}): "
+        f"{'within' if clock['within_budget'] else 'OVER BUDGET or unmeasured: timings across hosts are suspect'}"
+    )
+    exit_code = summary["verdict"]["exit_code"]
+    raise SystemExit(exit_code or (0 if clock["within_budget"] else 1))

@@ -89,19 +89,32 @@ def plan_shards(schedule: Schedule, session_ids, shards: int, seed: int) -> Shar
     )
 
 
-def parse_shard(text: str, flag: str = "--shard") -> tuple[int, int]:
-    """`K/N` (0 <= K < N) -> (K, N)."""
-    from llmreplay.errors import BadInput
-
-    index, sep, count = text.partition("/")
-    try:
-        k, n = int(index), int(count)
-    except ValueError:
-        k, n = -1, 0
-    if not sep or n < 1 or not 0 <= k < n:
-        raise BadInput(f"{flag} {text!r}: expected K/N with 0 <= K < N, e.g. 0/4 (the first of four hosts)")
-    return k, n
-
-
 def _mix(seed: int, group: int, shards: int) -> int:
     return zlib.crc32(f"{seed}:{shards}:{group}".encode())
+
+
+def select_shard(schedule: Schedule, session_ids, shard: tuple[int, int] | None, seed: int, cores: int):
+    """This host's part of `schedule` under `--shard K/N` (all of it without), and the plan's summary."""
+    if shard is None:
+        return schedule, None
+    index, count = shard
+    plan = plan_shards(schedule, session_ids, count, seed)
+    return schedule.take(plan.positions(index)), {"shard": index, **plan.as_dict(cores_per_host=cores)}
+
+
+def trace_fingerprint(table) -> str:
+    """What identifies a trace's rows and timing: the SHA-256 of its request ids and arrival times."""
+    import hashlib
+
+    import pyarrow as pa
+
+    digest = hashlib.sha256()
+    for name in ("request_id", "arrival_time"):
+        column = table.column(name)
+        if pa.types.is_timestamp(column.type):
+            column = column.cast(pa.int64())
+        for chunk in column.chunks:
+            for buffer in chunk.buffers():
+                if buffer is not None:
+                    digest.update(memoryview(buffer))
+    return digest.hexdigest()

@@ -80,7 +80,7 @@ def test_golden_run_reads(path):
 
 def test_error_detail_came_with_1_1_and_the_reasoning_columns_with_1_2():
     reasoning = dict.fromkeys(("ttfo_ns", "reasoning_tokens", "reasoning_ns"), "1.2")
-    phases = {"warmup": "1.4", "loop": "1.4"}
+    phases = {"warmup": "1.4", "loop": "1.4", "host": "1.4", "shard": "1.4"}  # 1.4: phases and hosts
     assert ADDED_COLUMNS == {"error_detail": "1.1", **reasoning, "recorded_model": "1.3", **phases}
 
 

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmreplay.errors import BadInput
-from replayer.plan.host_shards import parse_shard, plan_shards
+from replayer.config import parse_shard
+from replayer.plan.host_shards import plan_shards
 from replayer.plan.schedule import Schedule
 
 S = 1_000_000_000
@@ -85,7 +86,7 @@ def test_any_trace_is_split_into_whole_sessions(rows, shards):
 @pytest.mark.parametrize("text", ["", "1", "4/4", "-1/2", "a/b", "0/0", "1/2/3"])
 def test_a_bad_shard_is_one_line(text):
     with pytest.raises(BadInput, match="expected K/N"):
-        parse_shard(text)
+        parse_shard(text, "--shard")
 
 
 def test_a_shard_parses():

@@ -1,0 +1,244 @@
+"""The shards of one multi-host replay merged into one run: raw rows concatenated on a common wall-clock
+base (host and shard columns added), every statistic recomputed from them, the hosts' clock bounds kept.
+
+Never a merge of percentiles. Refuses (one line) runs that are not shards of the same replay.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from llmreplay.errors import BadInput
+from llmreplay.run_format import RESULT_SCHEMA, RESULTS_FILE, read_run
+
+# Settings every shard of one replay shares (the schedule, the target's model choice, the lengths).
+SAME_SETTINGS = ("schedule", "model", "model_map", "engine", "fit_lengths", "duration_ns", "responses_state")
+CLOCK_BUDGET_SHARE = 0.10  # of the merged schedule's median inter-arrival, unless --clock-budget
+
+
+@dataclass(frozen=True, slots=True)
+class ShardRunInput:
+    path: Path
+    table: pa.Table
+    run_json: dict[str, Any]
+    shard: int
+    shards: int
+
+    @property
+    def host(self) -> str:
+        machine = self.run_json.get("machine")
+        return str(machine.get("hostname")) if isinstance(machine, dict) else f"shard-{self.shard}"
+
+
+def load_shard_runs(paths: list[str]) -> list[ShardRunInput]:
+    """Each run directory's results and run.json, refused unless they are distinct shards of one replay."""
+    runs = []
+    for text in paths:
+        path = Path(text)
+        results = path / RESULTS_FILE
+        if not results.is_file():
+            raise BadInput(f"merge {path}: no {RESULTS_FILE} (not a run directory)")
+        table, run_json = read_run(results, "merge")
+        shard = ((run_json.get("config") or {}).get("multihost") or {}).get("shard")
+        if not (isinstance(shard, list) and len(shard) == 2 and all(isinstance(v, int) for v in shard)):
+            raise BadInput(f"merge {path}: not a shard of a multi-host replay (it ran without --shard K/N)")
+        runs.append(ShardRunInput(path, table, run_json, shard[0], shard[1]))
+    _check_same_replay(runs)
+    return sorted(runs, key=lambda r: r.shard)
+
+
+def missing_shards(runs: list[ShardRunInput]) -> list[int]:
+    return sorted(set(range(runs[0].shards)) - {r.shard for r in runs})
+
+
+def merged_table(runs: list[ShardRunInput]) -> tuple[pa.Table, int]:
+    """All rows on one time base (offset 0 = the earliest shard's start), with host and shard; returns
+    the table and that base (unix ns)."""
+    base = min(_start_unix_ns(r) for r in runs)
+    parts = []
+    for run in runs:
+        shift = _start_unix_ns(run) - base
+        table = run.table
+        for name in ("scheduled_offset_ns", "sent_offset_ns"):
+            index = table.schema.get_field_index(name)
+            table = table.set_column(index, name, pc.add(table.column(name), pa.scalar(shift, pa.int64())))
+        n = table.num_rows
+        table = table.set_column(
+            table.schema.get_field_index("host"), "host", pa.array([run.host] * n, pa.string())
+        )
+        table = table.set_column(
+            table.schema.get_field_index("shard"), "shard", pa.array([run.shard] * n, pa.int16())
+        )
+        parts.append(table.cast(RESULT_SCHEMA))
+    merged = pa.concat_tables(parts)
+    order = pc.sort_indices(merged, [("scheduled_offset_ns", "ascending"), ("shard", "ascending")])
+    return merged.take(order), base
+
+
+def clock_section(runs: list[ShardRunInput], merged: pa.Table, budget_ns: int | None) -> dict:
+    """The hosts' clocks as they measured them, the cross-host error bound and whether it is within budget.
+
+    A host's bound is its offset against the barrier's clock (plus half the round trip), the worse of arm
+    and end; two hosts can differ by at most the sum of their bounds. Unmeasured: flagged."""
+    hosts = []
+    for run in runs:
+        clock = run.run_json.get("clock") or {}
+        readings = [clock.get(moment) or {} for moment in ("arm", "end")]
+        offsets = [r.get("offset") for r in readings if isinstance(r.get("offset"), dict)]
+        bound = max((int(o["bound_ns"]) for o in offsets), default=None)
+        kernel = next((r.get("kernel") for r in readings if r.get("kernel")), None)
+        hosts.append(
+            {
+                "shard": run.shard,
+                "host": run.host,
+                "start_unix_ns": _start_unix_ns(run),
+                "offset_ns": [int(o["offset_ns"]) for o in offsets],
+                "bound_ns": bound,
+                "kernel": kernel,
+            }
+        )
+    bounds = sorted((h["bound_ns"] for h in hosts if h["bound_ns"] is not None), reverse=True)
+    measured = len(bounds) == len(hosts)
+    if len(hosts) == 1:
+        cross = bounds[0] if bounds else None
+    else:
+        cross = sum(bounds[:2]) if measured else None
+    budget = budget_ns if budget_ns is not None else _default_budget_ns(merged)
+    within = cross is not None and (budget is None or cross <= budget)
+    return {
+        "hosts": hosts,
+        "cross_host_bound_ns": cross,
+        "budget_ns": budget,
+        "within_budget": within,
+        "note": None if measured else "a host's clock offset was not measured (no --start-barrier)",
+    }
+
+
+def _default_budget_ns(merged: pa.Table) -> int | None:
+    due = np.sort(np.asarray(merged.column("scheduled_offset_ns").to_numpy(zero_copy_only=False), np.int64))
+    gaps = np.diff(due)
+    gaps = gaps[gaps > 0]
+    return int(statistics.median(gaps.tolist()) * CLOCK_BUDGET_SHARE) if gaps.size else None
+
+
+def _start_unix_ns(run: ShardRunInput) -> int:
+    start = run.run_json.get("start_unix_ns")
+    if not isinstance(start, int):
+        raise BadInput(f"merge {run.path}: the run never started (no start_unix_ns in run.json)")
+    return start
+
+
+def _check_same_replay(runs: list[ShardRunInput]) -> None:
+    first = runs[0]
+    seen: dict[int, Path] = {}
+    for run in runs:
+        if run.shards != first.shards:
+            raise BadInput(f"merge {run.path}: shard of {run.shards} hosts, {first.path} of {first.shards}")
+        if run.shard in seen:
+            raise BadInput(f"merge {run.path}: shard {run.shard} given twice (also {seen[run.shard]})")
+        seen[run.shard] = run.path
+        for name in SAME_SETTINGS:
+            mine, theirs = (r.run_json.get("config", {}).get(name) for r in (run, first))
+            if mine != theirs:
+                raise BadInput(f"merge {run.path}: --{name.replace('_', '-')} differs from {first.path}'s")
+        if run.run_json.get("trace_fingerprint") != first.run_json.get("trace_fingerprint"):
+            raise BadInput(f"merge {run.path}: replayed another trace than {first.path}")
+
+
+def write_merged_run(
+    runs: list[ShardRunInput], out_dir: Path, budget_ns: int | None, allow_missing: bool
+) -> dict:
+    """results.parquet and run.json of the merged run in `out_dir` (made here); returns its summary."""
+    import pyarrow.parquet as pq
+
+    from llmreplay.output_paths import publish, temp_path
+    from llmreplay.run_format import RunCounts, RunInfo, RunMachine, RunTarget, RunTrace, write_run_info
+    from replayer.compare.gate_limits import FidelityLimits
+    from replayer.results.summary import summarize_file
+
+    missing = missing_shards(runs)
+    if missing and not allow_missing:
+        raise BadInput(
+            f"merge: shards {', '.join(map(str, missing))} of {runs[0].shards} are missing "
+            "(pass --allow-missing-shards to merge the others; the run is then incomplete)"
+        )
+    table, base_unix_ns = merged_table(runs)
+    clock = clock_section(runs, table, budget_ns)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path(out_dir / RESULTS_FILE)
+    pq.write_table(table, tmp)
+    publish(tmp, out_dir / RESULTS_FILE)
+    infos = [r.run_json for r in runs]
+    first = infos[0]
+    counts = {name: int((first.get("counts") or {}).get(name) or 0) for name in _SHARED_COUNTS}
+    counts |= {
+        name: sum(int((i.get("counts") or {}).get(name) or 0) for i in infos) for name in _SHARD_COUNTS
+    }
+    stop_reason = _worst_stop_reason([i.get("stop_reason") for i in infos], bool(missing))
+    config = first.get("config") or {}
+    limits = (
+        FidelityLimits(**config["limits"]) if isinstance(config.get("limits"), dict) else FidelityLimits()
+    )
+    summary = summarize_file(
+        out_dir / RESULTS_FILE,
+        limits,
+        float(config.get("max_error_rate", 0.01)),
+        never_attempted=counts["not_sent"],
+        stop_reason=stop_reason,
+    )
+    info = RunInfo(
+        config={**config, "multihost": {**config.get("multihost", {}), "shard": None}},
+        target=RunTarget(**first["target"]),
+        trace=RunTrace(**first["trace"]),
+        tokenizer=first.get("tokenizer", ""),
+        versions=first.get("versions", {}),
+        machine=RunMachine.this_one(),
+        started_unix_ns=min(int(i["started_unix_ns"]) for i in infos),
+        ended_unix_ns=max(int(i["ended_unix_ns"]) for i in infos),
+        start_unix_ns=base_unix_ns,
+        start_mono_ns=None,  # each host had its own monotonic clock
+        stop_reason=stop_reason,
+        build_s=max(float(i.get("build_s") or 0) for i in infos),
+        workers=[
+            {**w, "shard": r.shard, "host": r.host} for r in runs for w in r.run_json.get("workers") or []
+        ],
+        coordinator_max_rss_mb=max(float(i.get("coordinator_max_rss_mb") or 0) for i in infos),
+        builder={"per_shard": [i.get("builder") for i in infos]},
+        counts=RunCounts(**counts),
+        idle_removed_s=float(first.get("idle_removed_s") or 0),
+        schedule_span_s=max(float(i.get("schedule_span_s") or 0) for i in infos),
+        server_metrics=None,  # each host scraped the same endpoint: see the shards' own runs
+        summary=summary,
+        preflight=first.get("preflight"),
+        phases=first.get("phases"),
+        trace_fingerprint=first.get("trace_fingerprint"),
+        clock=clock,
+        hosts=[
+            {
+                "shard": r.shard,
+                "host": r.host,
+                "run_dir": str(r.path),
+                "verdict": (r.run_json.get("summary") or {}).get("verdict", {}).get("headline"),
+            }
+            for r in runs
+        ],
+    )
+    write_run_info(out_dir, info)
+    return summary, clock
+
+
+_SHARED_COUNTS = ("trace_rows", "window_rows")  # the whole trace's: every shard read it
+_SHARD_COUNTS = ("planned", "unsupported_endpoint", "to_send", "sent", "not_sent")  # each shard's own
+
+
+def _worst_stop_reason(reasons: list, incomplete: bool) -> str:
+    if incomplete or any(r not in ("completed", "duration") for r in reasons):
+        return "interrupted" if not incomplete else "incomplete"
+    return "duration" if "duration" in reasons else "completed"
