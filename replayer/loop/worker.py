@@ -21,6 +21,7 @@ from replayer.loop.request_file import RequestFields, encode_heads, read_fields
 from replayer.loop.request_source import RequestSource
 from replayer.loop.result_spool import ResultSpool
 from replayer.loop.runner import LoopSettings, Runner
+from replayer.loop.timer_slack import tighten_timer_slack
 from replayer.plan.arrays import PlanArrays
 
 # Shared int64 slots the coordinator reads for the progress display.
@@ -70,6 +71,7 @@ def worker_main(job: WorkerJob, conn, stats, alive, parent_pid: int) -> None:
     `alive`: the read end of the coordinator's liveness pipe (EOF once the coordinator is gone);
     `parent_pid`: the coordinator's pid. A worker whose coordinator is gone exits without sending."""
     die_with_parent()
+    timer_slack_ns = tighten_timer_slack()  # this thread paces the sends
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator decides; it forwards SIGTERM
     alive_fd = alive.fileno()
     if parent_gone(parent_pid, alive_fd):  # it died while we were starting: send nothing
@@ -113,6 +115,7 @@ def worker_main(job: WorkerJob, conn, stats, alive, parent_pid: int) -> None:
                 "sent": runner.counters.sent,
                 "cut_after_grace": runner.cut_after_grace,
                 "loop_cpu_s": round(loop_cpu_s, 3),
+                "timer_slack_ns": timer_slack_ns,
                 "max_rss_mb": peak_rss_mb(),
                 "requests_read_on_loop": requests.loop_reads,
                 "modules_loaded": sorted(m for m in ("pyarrow", "aiohttp", "numpy") if m in sys.modules),

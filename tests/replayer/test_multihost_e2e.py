@@ -116,6 +116,7 @@ def test_shards_merged_are_the_whole_trace_on_time(tmp_path, processes, sim_with
     info = run_info(tmp_path / "merged")
     bound_ms = info["clock"]["cross_host_bound_ns"] / 1e6
     assert info["clock"]["within_budget"] and len(info["clock"]["hosts"]) == shards
+    assert all(w["timer_slack_ns"] == 1 for w in info["workers"])  # each pacing thread's slack at its minimum
     lag = server_lag_ms(tmp_path / "merged", truth())
     assert np.all(lag > -0.5 - bound_ms), "a request reached the server before its time"
     assert np.median(lag) < MEDIAN_LAG_MS + bound_ms and np.max(lag) < MAX_LAG_MS + bound_ms
