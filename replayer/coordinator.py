@@ -384,7 +384,10 @@ def _phases_info(ready: Ready, run_dir: Path) -> dict:
     planned = copies // stride if stride else np.zeros(len(copies), np.int64)
     done = pq.read_table(run_dir / RESULTS_FILE, columns=["loop"]).column("loop")
     result_loops = np.asarray(done.to_numpy(), dtype=np.int64)
-    return {**ready.phases.as_dict(), "loops_completed": completed_loops(planned, result_loops)}
+    done = completed_loops(planned, result_loops)
+    if ready.beyond_duration and len(planned):  # --duration dropped the rest of the last loop planned
+        done = min(done, int(planned.max()))
+    return {**ready.phases.as_dict(), "loops_completed": done}
 
 
 def _local_tokenizer(config: ReplayConfig) -> str | None:

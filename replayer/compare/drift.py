@@ -36,10 +36,15 @@ MIN_R2 = 0.5  # ... and the line explains at least half the series' variance
 
 
 def soak_loops(loops: np.ndarray) -> tuple[int, int] | None:
-    """(first, last) loop of a run's measured rows; None when the run did not loop."""
+    """(first, last) loop of a run's measured rows to compare: the last with as many rows as the first
+    (the soak's end usually cuts the final loop short), else the last; None when the run did not loop."""
     if loops.size == 0 or int(loops.max()) == 0:
         return None
-    return int(loops.min()), int(loops.max())
+    counts = np.bincount(loops)
+    first = int(np.flatnonzero(counts)[0])
+    full = np.flatnonzero(counts >= counts[first])
+    last = int(full[-1]) if full[-1] > first else int(loops.max())
+    return first, last
 
 
 def loop_mask(table, loop: int):

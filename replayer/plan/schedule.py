@@ -246,6 +246,8 @@ def _check(config: ScheduleConfig) -> None:
         raise BadInput(f"--limit {config.limit}: must be at least 1")
     if config.max_idle_gap_ns is not None and config.max_idle_gap_ns < 0:
         raise BadInput("--max-idle-gap: must not be negative")
+    if config.soak_keep_sharing and config.soak_ns is None:
+        raise BadInput("--soak-keep-sharing: only with --soak (it says what each soak loop sends)")
     if config.from_offset_ns is not None and config.to_offset_ns is not None:
         if config.to_offset_ns <= config.from_offset_ns:
             raise BadInput("--to: must be later than --from")

@@ -221,14 +221,14 @@ def _cold_start(result: dict, console: Console) -> None:
     for label, section in (result.get("cold_start") or {}).items():
         if not section["requests"]:
             continue
-        where = "warm-up" if section["source"] == "warmup" else "first requests"
+        where = "the warm-up, in no verdict" if section["source"] == "warmup" else "the first requests"
         parts = []
         for name, view in section["metrics"].items():
             cold, rest = view["cold"], view["rest"]
             parts.append(f"{name.upper()} p50 {_ms(cold.get('p50_ms'))} vs {_ms(rest.get('p50_ms'))} ms")
         console.print(
-            f"Cold start ({escape(label)}, {where}: {section['requests']} of {section['of']} requests, "
-            f"in no verdict when a warm-up): " + "; ".join(parts),
+            f"Cold start ({escape(label)}: {where}, {section['requests']} of {section['of']} requests): "
+            + "; ".join(parts),
             soft_wrap=True,
         )
         if section["note"]:

@@ -48,6 +48,7 @@ def _looped(tmp_path: Path, slower: float, kv: list[float] | None = None) -> Pat
 
 def test_a_run_without_loops_has_no_drift():
     assert soak_loops(np.zeros(5, np.int64)) is None and soak_loops(np.array([0, 1, 3])) == (0, 3)
+    assert soak_loops(np.array([0, 0, 1, 1, 2, 2, 3])) == (0, 2)  # loop 3 was cut short by the soak's end
     assert soak_drift(load_side(GOLDEN, "run"), CompareConfig()) is None
 
 

@@ -153,3 +153,10 @@ def test_fresh_loops_send_other_prompts_and_keep_sharing_sends_the_same():
     same = build_request(records[later.record_index], later, sharing, None).body
     original = build_request(records[first.record_index], first, options, None).body
     assert b"cache_salt" in fresh and same == original
+
+
+def test_keep_sharing_without_soak_and_a_to_before_the_warmup_end_are_bad_input():
+    with pytest.raises(BadInput, match="--soak-keep-sharing: only with --soak"):
+        plan(soak_keep_sharing=True)
+    with pytest.raises(BadInput, match="--to: must be later than --warmup"):
+        plan(warmup_ns=30 * S, to_offset_ns=20 * S)
