@@ -120,6 +120,11 @@ class Outcome:
         self.stop_reason: str | None = None  # "cancelled", "timeout" or "shutdown" when stopped from outside
         self.response_id: str | None = None  # the id staging gave the answer (a chained turn's next needs it)
 
+    def resend(self) -> None:
+        """Forget a first attempt that got no byte back (a stale keep-alive connection)."""
+        self.on_wire = False
+        self.error_kind = self.error_detail = self.e2e_ns = None
+
     def fail(self, kind: str, detail: str | None = None) -> None:
         if self.error_kind is None:
             self.error_kind = kind
@@ -184,6 +189,8 @@ class ClientExchange:
         "_read_ns",
         "_interim",
         "_dialect",
+        "_received",
+        "stale",
     )
 
     def __init__(
@@ -215,6 +222,10 @@ class ClientExchange:
         self._pending: list | None = None  # [read_ns, bytes, read_ns, bytes, ...] not parsed yet
         self._read_ns = 0  # timestamp of the read being parsed
         self._interim = False  # the head being parsed is a 1xx: the answer follows it
+        self._received = False  # any byte of the answer arrived
+        # A kept-alive connection the server closed before a byte of the answer: the request may not
+        # have reached it at all (the close raced the write), so the runner sends it once more.
+        self.stale = False
 
     def send(self, pool: ConnectionPool, conn: Connection, request: bytes) -> None:
         """Write the request: the moment of the write is the send time (dispatch lag is measured to it).
@@ -254,6 +265,7 @@ class ClientExchange:
         if clock.batch_ns == 0:
             clock.begin_pass(now)
         self.last_ns = now = clock.batch_ns
+        self._received = True
         pending = self._pending
         if pending is None:
             self._pending = [now, data]
@@ -291,12 +303,15 @@ class ClientExchange:
                     self._end(False, self._read_ns)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._conn is not None:
-            self._conn.usable = False
+        conn = self._conn
+        if conn is not None:
+            conn.usable = False
         self.parse_pending()  # the reads before the loss come first
         if self._state == _DONE:
             return
         self._conn = None
+        if self._state == _HEAD and not self._received and conn is not None and conn.served:
+            self.stale = True
         if self._state in (_SSE, _WHOLE, _ERROR) and not self._length_known and exc is None:
             # a body delimited by the end of the connection is complete
             self._end(False, self._clock.now_ns())

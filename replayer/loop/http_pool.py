@@ -62,6 +62,7 @@ class Connection(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.usable = False
+        self.served = 0  # answers read on it: a connection that served one is a kept-alive one
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -112,6 +113,7 @@ class ConnectionPool:
 
     def release(self, conn: Connection) -> None:
         if conn.usable and not self._closed:
+            conn.served += 1
             self._idle.append(conn)
         else:
             conn.close()

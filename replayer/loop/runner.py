@@ -97,6 +97,7 @@ class Runner:
         self.clock = clock  # None: a SystemClock on the running loop
         self._now = None if clock is None else clock.now_ns  # bound once: called per request
         self.counters = Counters()
+        self.stale_resends = 0  # requests sent again after a kept-alive connection closed unanswered
         self.stopping = False
         self.stop_reason = "completed"  # | "duration" (it cut the schedule) | "interrupted" | "orphaned"
         self.cut_after_grace = 0  # requests still open when the grace period ran out (cut: "shutdown")
@@ -281,6 +282,15 @@ class Runner:
             self.counters.sent += 1
             pool.top_up()
             await exchange.done
+            if exchange.stale and outcome.stop_reason is None:  # once, on a fresh connection
+                outcome.resend()
+                self.stale_resends += 1
+                conn = await pool.open()
+                exchange = call.exchange = ClientExchange(
+                    outcome, self.streams[plan.index], plan.cancel_after_tokens, self._reads, dialect
+                )
+                exchange.send(pool, conn, request)
+                await exchange.done
         except asyncio.CancelledError:
             if outcome.stop_reason is None:
                 raise

@@ -116,6 +116,7 @@ def worker_main(job: WorkerJob, conn, stats, alive, parent_pid: int) -> None:
                 "cut_after_grace": runner.cut_after_grace,
                 "loop_cpu_s": round(loop_cpu_s, 3),
                 "timer_slack_ns": timer_slack_ns,
+                "stale_resends": runner.stale_resends,
                 "max_rss_mb": peak_rss_mb(),
                 "requests_read_on_loop": requests.loop_reads,
                 "modules_loaded": sorted(m for m in ("pyarrow", "aiohttp", "numpy") if m in sys.modules),
