@@ -20,7 +20,7 @@ from anonymizer.fakes import Fakes
 from anonymizer.media import png_data_url, silent_wav_base64
 from anonymizer.tools_schema import JsonTemplate, Slot, fit_value, json_text_template
 from llmreplay.openai_wire.channels import REASONING, text_keys
-from llmreplay.openai_wire.message_text import message_text, text_parts
+from llmreplay.openai_wire.message_text import message_text
 
 GRANULARITY_TOKENS = 16  # at most 32: one 64-byte digest draws a whole chunk
 _UNPACK_INDICES = struct.Struct("<32H").unpack
@@ -150,7 +150,7 @@ class PromptRewriter:
             text = self.chunked(ids, seed, state.offset_tokens)
             actual = self.fakes.count(text) if self.check_counts else len(ids)
             return self._other_fields(message, {plain: text}), len(ids), actual
-        words = self._content_words(message.get("content"), flat, ids, seed, state.offset_tokens)
+        words = self._content_words(_counted_parts(message), flat, ids, seed, state.offset_tokens)
         # Other leaves are filled from a seed of the whole message text, so different messages differ.
         seed = self.fakes.rekeyer.seed("message-parts", seed + flat.encode())
         template = JsonTemplate(self.fakes)
@@ -159,14 +159,13 @@ class PromptRewriter:
         return new, len(ids), actual
 
     def _content_words(
-        self, content: Any, flat: str, ids: list[int], seed: bytes, offset_tokens: int
+        self, texts: list[str], flat: str, ids: list[int], seed: bytes, offset_tokens: int
     ) -> list[list[str]]:
         """Words for each text part, taken from the message's chunked stream at that part's token
         positions, so text parts share prefixes exactly as plain string content does.
 
         The first token of every later part is the newline that joins it to the one before.
         """
-        texts = text_parts(content)
         if not texts:
             return []
         words = self.chunked_words(ids, seed, offset_tokens)
@@ -210,9 +209,13 @@ class PromptRewriter:
         return template.fill(out)
 
     def _template(self, template: JsonTemplate, message: dict, seed: bytes, words: list) -> dict:
+        split = {"content": words}
+        if message.get("type") == "reasoning":  # a Responses reasoning item: its summary counts first
+            summary = len(_text_parts(message.get("summary")))
+            split = {"summary": words[:summary], "content": words[summary:]}
         out = {}
         for key, value in message.items():
-            new = self._field(template, key, value, seed, words)
+            new = self._field(template, key, value, seed, split.get(key, ()))
             if new is not _DROP:
                 out[key] = new
         return out
@@ -228,7 +231,7 @@ class PromptRewriter:
         if key == "output" and isinstance(value, list):  # a function_call_output given as parts
             return self._content(template, value, _sub_seed(seed, 1), ())
         if key == "summary" and isinstance(value, list):  # a Responses reasoning item's summary parts
-            return self._content(template, value, _sub_seed(seed, 2), ())
+            return self._content(template, value, _sub_seed(seed, 2), words)
         if key == "input" and isinstance(value, str):  # a Responses custom_tool_call's input
             return template.slot(_sub_seed(seed, 3), fakes.count(value))
         if key in _OPAQUE_KEYS and isinstance(value, str):
@@ -265,7 +268,7 @@ class PromptRewriter:
                 if isinstance(part, str):
                     out.append(self._text_slot(template, _sub_seed(seed, index), part, next(given, None)))
                 elif isinstance(part, dict):
-                    text_words = next(given, None) if isinstance(part.get("text"), str) else None
+                    text_words = next(given, None) if _part_text(part) is not None else None
                     out.append(self._part(template, part, _sub_seed(seed, index), text_words))
                 else:
                     out.append(part)
@@ -284,8 +287,10 @@ class PromptRewriter:
         for key, value in part.items():
             if key == "type" or (key == "detail" and value in _DETAILS):
                 out[key] = value
-            elif key == "text" and isinstance(value, str):
+            elif key in ("text", "thinking") and isinstance(value, str):  # thinking: an Anthropic block's
                 out[key] = self._text_slot(template, seed, value, words)
+            elif key == "content" and isinstance(value, str):  # a tool_result's
+                out[key] = self._text_slot(template, _sub_seed(seed, 6), value, words)
             elif key == "image_url" and isinstance(value, dict):
                 url = value.get("url") if isinstance(value.get("url"), str) else ""
                 image = {"url": self._image(url)}
@@ -324,9 +329,7 @@ class PromptRewriter:
         return template.value(value)
 
     def _block_content(self, template: JsonTemplate, value: Any, seed: bytes) -> Any:
-        """A tool_result's content: a string or blocks of its own."""
-        if isinstance(value, str):
-            return template.slot(_sub_seed(seed, 6), self.fakes.count(value))
+        """A tool_result's content given as blocks of its own (a string one is drawn with the text parts)."""
         if isinstance(value, list):
             return [
                 self._part(template, part, _sub_seed(seed, 100 + i), None)
@@ -335,9 +338,6 @@ class PromptRewriter:
                 for i, part in enumerate(value)
             ]
         return _DROP
-
-    def _block_thinking(self, template: JsonTemplate, value: Any, seed: bytes) -> Any:
-        return template.slot(_sub_seed(seed, 7), self.fakes.count(value)) if isinstance(value, str) else _DROP
 
     def _block_opaque(self, template: JsonTemplate, value: Any, seed: bytes) -> Any:
         return self.fakes.opaque(value) if isinstance(value, str) else _DROP
@@ -481,13 +481,39 @@ _BLOCK_FIELDS = {
     "name": PromptRewriter._block_name,
     "input": PromptRewriter._block_input,
     "content": PromptRewriter._block_content,
-    "thinking": PromptRewriter._block_thinking,
     "signature": PromptRewriter._block_opaque,
     "data": PromptRewriter._block_opaque,
     "source": PromptRewriter._block_source,
     "is_error": PromptRewriter._block_kept,
     "cache_control": PromptRewriter._block_kept,
 }
+
+
+def _part_text(part: dict) -> str | None:
+    """A content part's counted text drawn from the message's word stream: a text part's (chat,
+    Responses, Anthropic), a thinking block's, a tool_result's given as a string."""
+    for key in ("text", "thinking"):
+        if isinstance(part.get(key), str):
+            return part[key]
+    if part.get("type") == "tool_result" and isinstance(part.get("content"), str):
+        return part["content"]
+    return None
+
+
+def _text_parts(content: Any) -> list[str]:
+    """The counted texts of a content value in order (text_parts, with thinking blocks)."""
+    if isinstance(content, str):
+        return [content]
+    if not isinstance(content, list):
+        return []
+    found = (p if isinstance(p, str) else _part_text(p) if isinstance(p, dict) else None for p in content)
+    return [text for text in found if text is not None]
+
+
+def _counted_parts(message: dict) -> list[str]:
+    """The texts a message's words are drawn for, in prompt order: a reasoning item's summary, then content."""
+    texts = _text_parts(message.get("content"))
+    return _text_parts(message.get("summary")) + texts if message.get("type") == "reasoning" else texts
 
 
 def _sub_seed(seed: bytes, index: int) -> bytes:

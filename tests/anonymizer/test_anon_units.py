@@ -229,5 +229,7 @@ def test_message_text_matches_the_recorder_definition():
         {"role": "tool", "tool_call_id": "1", "content": "result"},
     ]
     for sample in samples:
-        theirs = request_shape._chat_message(sample)
+        (theirs,) = request_shape.parse_request(
+            "chat_completions", orjson.dumps({"messages": [sample]})
+        ).messages
         assert message_text(sample) == (theirs.role, theirs.text)
