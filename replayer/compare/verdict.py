@@ -162,6 +162,10 @@ def _latency(latency: dict, tolerance: float, strict: bool) -> tuple[list[str], 
     return parts, reasons, rows
 
 
+def _inverse(value: float) -> float:
+    return 1 / value if value else float("inf")
+
+
 def _grouped(cells_by_metric: dict[str, list], direction: str, invert: bool) -> list[str]:
     """Metrics with the same percentiles in one phrase: 'TTFT ≈4.4× (CI …) and E2E ≈3.9× (CI …) slower at …'."""
     groups: dict[tuple, list[str]] = {}
@@ -169,8 +173,9 @@ def _grouped(cells_by_metric: dict[str, list], direction: str, invert: bool) -> 
         cells = cells_by_metric.get(metric)
         if not cells:
             continue
-        ratios = [1 / c["ratio"] if invert else c["ratio"] for _, c in cells]
-        lows = [1 / c["ci_high"] if invert else c["ci_low"] for _, c in cells]
+        # A candidate percentile of 0 ns (ITL gaps of chunks read together) is infinitely faster.
+        ratios = [_inverse(c["ratio"]) if invert else c["ratio"] for _, c in cells]
+        lows = [_inverse(c["ci_high"]) if invert else c["ci_low"] for _, c in cells]
         # A CI reaching 0 (a side whose gaps are 0 ns: chunks read together) inverts to no upper bound.
         highs = [
             (1 / c["ci_low"] if c["ci_low"] else float("inf")) if invert else c["ci_high"] for _, c in cells

