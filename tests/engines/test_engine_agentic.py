@@ -12,10 +12,12 @@ import json
 import subprocess
 from pathlib import Path
 
+import anthropic
+import openai
 import pyarrow.parquet as pq
 import pytest
 from engine_client import MAX_DISPATCH_LAG, record_figure
-from live_processes import llmreplay_cmd
+from live_processes import ProcessPool, free_port, llmreplay_cmd
 
 from llmreplay.trace_format import MessageShape, TraceMeta, TraceRecord
 from llmreplay.trace_io import write_trace
@@ -131,3 +133,75 @@ def test_vllm_chained_responses_session(engine, tmp_path, mode):
         record_figure("vllm", f"agentic_{mode}_prompts_s{s}", prompts)
     state = json.loads((out / "run.json").read_text())["builder"]["responses_state"]
     assert state["chained" if mode == "chain" else "expanded"] == 4, state
+
+
+def drive(base: str) -> None:
+    """What an agent sends: a 3-turn Responses chain (streamed, plain, streamed) and a 2-turn Messages talk."""
+    cli = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-engine-test", max_retries=0, timeout=300)
+    previous = None
+    for k, text in enumerate(("Plan a day in Rome.", "Make it cheaper.", "Thanks.")):
+        kwargs = dict(model="tiny", instructions="You are terse.", input=[{"role": "user", "content": text}])
+        kwargs.update(max_output_tokens=16, **({"previous_response_id": previous} if previous else {}))
+        if k % 2:
+            previous = cli.responses.create(**kwargs).id
+            continue
+        for event in cli.responses.create(stream=True, **kwargs):
+            if event.type in ("response.completed", "response.incomplete"):
+                previous = event.response.id
+    claude = anthropic.Anthropic(base_url=base, api_key="sk-engine-test", max_retries=0, timeout=300)
+    first = [{"role": "user", "content": "Two days in Lisbon?"}]
+    with claude.messages.stream(
+        model="tiny", max_tokens=12, system="You plan trips.", messages=first
+    ) as stream:
+        answer = "".join(stream.text_stream)
+    history = [
+        *first,
+        {"role": "assistant", "content": answer or "."},
+        {"role": "user", "content": "And Porto?"},
+    ]
+    claude.messages.create(model="tiny", max_tokens=10, system="You plan trips.", messages=history)
+
+
+def test_vllm_recorded_with_the_sdks_anonymized_replayed_and_compared(engine, tmp_path):
+    port = free_port()
+    pool = ProcessPool(tmp_path)
+    cmd = llmreplay_cmd(
+        "record", "--upstream", engine.base_url, "--listen", f"127.0.0.1:{port}", "-o", str(tmp_path / "rec"),
+        "--content", "--key-file", str(tmp_path / "recorder.key"), "--confdir", str(tmp_path / "mitmproxy"),
+    )  # fmt: skip
+    try:
+        pool.start(cmd, "recorder", ready_url=f"http://127.0.0.1:{port}/health")
+        drive(f"http://127.0.0.1:{port}")
+    finally:
+        pool.stop_all()  # SIGTERM: the recorder files every journaled request
+    [recording] = sorted((tmp_path / "rec").glob("*.parquet"))
+    recorded = sorted(pq.read_table(recording).to_pylist(), key=lambda r: r["arrival_time"])
+    assert [r["endpoint"] for r in recorded] == ["responses"] * 3 + ["messages"] * 2
+    assert [r["server_state"] for r in recorded[:3]] == [None, "previous_response_id", "previous_response_id"]
+    anonymized = tmp_path / "anonymized.parquet"
+    done = subprocess.run(
+        llmreplay_cmd("anonymize", str(recording), "-o", str(anonymized), "--key-file", str(tmp_path / "a.key"),
+                      "--verify", "--quiet"),
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = tmp_path / "run"
+    rows = replay(anonymized, engine, out, "--fit-lengths")
+    assert len(rows) == 5 and all(r["error_kind"] is None for r in rows), [r["error_detail"] for r in rows]
+    prompt_exact = sum(r["prompt_tokens"] == r["recorded_prompt_tokens"] for r in rows)
+    output_exact = sum(r["completion_tokens"] == r["recorded_completion_tokens"] for r in rows)
+    record_figure("vllm", "agentic_recorded_prompt_exact", f"{prompt_exact}/5")
+    record_figure("vllm", "agentic_recorded_output_exact", f"{output_exact}/5")
+    assert all(r["completion_tokens"] <= r["recorded_completion_tokens"] for r in rows)
+    assert json.loads((out / "run.json").read_text())["builder"]["responses_state"]["chained"] == 2
+    compared = subprocess.run(
+        llmreplay_cmd("compare", str(anonymized), str(out), "--json", "--tolerance", "99%",
+                      "--max-dispatch-lag", MAX_DISPATCH_LAG),
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    result = json.loads(compared.stdout)
+    record_figure(
+        "vllm", "agentic_recorded_compare", f"exit {compared.returncode}: {result['verdict']['headline']}"
+    )
+    if output_exact == 5:  # Messages answers may end early on vLLM (no forcing field there)
+        assert compared.returncode == 0 and not result["fidelity"]["unfaithful"], result["fidelity"]
