@@ -78,6 +78,9 @@ def _print_table(s: dict) -> None:
         f"stream {share['stream']:.1%}, tools {share['tools']:.1%}, structured output "
         f"{share['structured_output']:.1%}, errors {share['errors']:.1%}",
     )
+    table.add_row("endpoints", ", ".join(f"{k} {v:,}" for k, v in s["endpoints"].items()))
+    if s["server_state"]:
+        table.add_row("server state", ", ".join(f"{k} {v:,}" for k, v in s["server_state"].items()))
     if s["errors_by_kind"]:
         table.add_row("errors by kind", ", ".join(f"{k} {v}" for k, v in s["errors_by_kind"].items()))
     sessions = s["sessions"]

@@ -53,6 +53,12 @@ def _rounded(stats: dict[str, float | None]) -> dict[str, float | None]:
     return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in stats.items()}
 
 
+def _counts(column) -> dict[str, int]:
+    """Rows per value, commonest first (nulls left out)."""
+    found = pc.value_counts(pc.drop_null(column)).to_pylist() if len(column) else []
+    return {v["values"]: v["counts"] for v in sorted(found, key=lambda v: (-v["counts"], v["values"]))}
+
+
 def describe_trace(table: pa.Table) -> dict:
     """Everything `inspect` reports, as plain JSON-able values."""
     n = table.num_rows
@@ -93,6 +99,8 @@ def describe_trace(table: pa.Table) -> dict:
             ),
         },
         "errors_by_kind": {e["values"]: e["counts"] for e in errors},
+        "endpoints": _counts(table.column("endpoint")),  # the API mix: chat, Responses, Messages, ...
+        "server_state": _counts(table.column("server_state")),  # chained Responses turns (format 1.3)
         "sessions": {
             "count": len(turns),
             "requests_in_sessions": len(with_session),

@@ -25,6 +25,7 @@ from llmreplay.trace_format import (
     version_tuple,
 )
 from llmreplay.trace_io import iter_trace_batches, read_trace, records_to_table
+from llmreplay.trace_shape import describe_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "samples"
@@ -270,3 +271,10 @@ def test_sample_readme_names_every_licence_file():
     for licence in (SAMPLES / "public").glob("LICENSE-*"):
         assert licence.name in readme
     assert "Apache-2.0" in readme and "CC-BY-4.0" in readme
+
+
+def test_inspect_names_the_api_mix_and_the_chained_turns():
+    shape = describe_trace(read_trace(GOLDEN[-1]).table)
+    assert shape["endpoints"] == {"chat_completions": 16, "messages": 3, "responses": 2}
+    assert shape["server_state"] == {"previous_response_id": 1}
+    assert describe_trace(read_trace(GOLDEN[0]).table)["server_state"] == {}  # read as nulls before 1.3
