@@ -388,8 +388,12 @@ def _thresholds(capacity: dict, metric: str) -> list[tuple[str, float]]:
     for step in capacity.get("steps") or []:
         for slo in step.get("slos") or []:
             if slo.get("metric") == metric and slo.get("threshold_ms") is not None:
-                seen.setdefault(f"SLO p{slo.get('percentile')}", slo["threshold_ms"])
+                seen.setdefault(f"SLO p{_percentile(slo.get('percentile'))}", slo["threshold_ms"])
     return list(seen.items())
+
+
+def _percentile(value) -> str:
+    return f"{value:g}" if isinstance(value, int | float) else str(value)
 
 
 def _throughput_chart(steps, xs, marks, log_x) -> Chart:

@@ -38,7 +38,7 @@ def step(index: int, factor: float, achieved: float, ttft_p95: float, verdict: s
             "e2e": {"count": 100, "p50": cell(4100.0 + index), "p95": cell(5200.0 + index), "p99": cell(6300.0 + index)},
         },
         "slos": [
-            {"slo": "ttft_p95<=500ms", "metric": "ttft", "percentile": 95, "threshold_ms": 500.0,
+            {"slo": "ttft_p95<=500ms", "metric": "ttft", "percentile": 95.0, "threshold_ms": 500.0,
              "value_ms": ttft_p95, "ci_high_ms": ttft_p95 * 1.1, "verdict": "pass" if ttft_p95 * 1.1 <= 500 else "breach"},
         ],
         "errors": {"counted": 100, "engine_errors": index, "rate": index / 100, "by_kind": {}, "over_limit": False},
