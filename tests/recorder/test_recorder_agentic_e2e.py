@@ -120,3 +120,45 @@ def test_responses_and_messages_recorded_chained_and_keyless(processes, start_si
     after = read_trace(anonymized).table.to_pylist()
     assert [r["endpoint"] for r in after] == [r["endpoint"] for r in rows]
     assert INSTRUCTIONS not in json.dumps([r["content_system"] for r in after])
+
+
+def test_thinking_and_reasoning_are_timed_and_a_thinking_turn_echoed_back_links(
+    processes, start_sim, tmp_path
+):
+    sim = start_sim("--profile", "fast", "--reasoning-tokens", "4")
+    out = tmp_path / "trace"
+    base, recorder = start_recorder(processes, tmp_path, sim, out, "--content")
+    claude = anthropic.Anthropic(base_url=base, api_key=API_KEY, max_retries=0, timeout=30)
+    first = [{"role": "user", "content": "Think, then answer: a day in Kyoto?"}]
+    with claude.messages.stream(model="sim-model", max_tokens=12, messages=first) as stream:
+        answer = stream.get_final_message()
+    echoed = [block.model_dump(exclude_none=True) for block in answer.content]  # thinking + signature, text
+    history = first + [{"role": "assistant", "content": echoed}, {"role": "user", "content": "And Nara?"}]
+    claude.messages.create(model="sim-model", max_tokens=12, messages=history)
+    for _ in client(base).responses.create(
+        model="sim-model", input="Why?", max_output_tokens=12, stream=True
+    ):
+        pass
+    stop(recorder)
+
+    m0, m1, r0 = sorted(read_trace(out).table.to_pylist(), key=lambda r: r["arrival_time"])
+    assert [block["type"] for block in echoed] == ["thinking", "text"]
+    for row in (m0, r0):  # TTFT at the first thinking/reasoning token, TTFO at the first answer token
+        assert row["reasoning_tokens"] == 4 and row["completion_tokens"] == 12
+        assert row["ttfo_ns"] > row["ttft_ns"] and row["reasoning_ns"] == row["ttfo_ns"] - row["ttft_ns"]
+    assert (m1["session_id"], m1["turn_index"], m1["parent_request_id"]) == (
+        m0["session_id"],
+        1,
+        m0["request_id"],
+    )
+    anonymized = tmp_path / "anonymized.parquet"
+    done = subprocess.run(
+        llmreplay_cmd("anonymize", str(out), "-o", str(anonymized), "--tokenizer", TOKENIZER, "--verify"),
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0 and "verification PASSED" in done.stdout, done.stdout + done.stderr
+    thinking = json.loads(read_trace(anonymized).table.to_pylist()[1]["content_messages"])[1]["content"][0]
+    assert (
+        len(thinking["signature"]) == len(echoed[0]["signature"])
+        and thinking["signature"] != echoed[0]["signature"]
+    )
