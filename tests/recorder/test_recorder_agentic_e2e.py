@@ -23,6 +23,18 @@ INSTRUCTIONS = "You are a terse travel agent."
 SYSTEM = [{"type": "text", "text": "You plan trips.", "cache_control": {"type": "ephemeral"}}]
 
 
+def anonymize_verified(trace, tmp_path):
+    """`llmreplay anonymize --verify` of the recorded trace, which must pass with every text exact."""
+    anonymized = tmp_path / "anonymized.parquet"
+    done = subprocess.run(
+        llmreplay_cmd("anonymize", str(trace), "-o", str(anonymized), "--tokenizer", TOKENIZER, "--verify"),
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0 and "verification PASSED" in done.stdout, done.stdout + done.stderr
+    assert "0 missed" in done.stdout
+    return anonymized
+
+
 def _responses_turn(cli, name: str, text: str, previous: str | None, stream: bool) -> str:
     """One Responses turn; the id the answer carries (from its response events when streamed)."""
     kwargs = dict(
@@ -110,13 +122,7 @@ def test_responses_and_messages_recorded_chained_and_keyless(processes, start_si
         assert row["prompt_tokens"] >= row["cached_tokens"] + row["cache_write_tokens"]
         assert row["prompt_tokens"] >= sum(m["tokens"] for m in row["messages"]) // 2
 
-    anonymized = tmp_path / "anonymized.parquet"
-    done = subprocess.run(
-        llmreplay_cmd("anonymize", str(out), "-o", str(anonymized), "--tokenizer", TOKENIZER, "--verify"),
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 0 and "verification PASSED" in done.stdout, done.stdout + done.stderr
-    assert "0 missed" in done.stdout
+    anonymized = anonymize_verified(out, tmp_path)
     after = read_trace(anonymized).table.to_pylist()
     assert [r["endpoint"] for r in after] == [r["endpoint"] for r in rows]
     assert INSTRUCTIONS not in json.dumps([r["content_system"] for r in after])
@@ -151,12 +157,7 @@ def test_thinking_and_reasoning_are_timed_and_a_thinking_turn_echoed_back_links(
         1,
         m0["request_id"],
     )
-    anonymized = tmp_path / "anonymized.parquet"
-    done = subprocess.run(
-        llmreplay_cmd("anonymize", str(out), "-o", str(anonymized), "--tokenizer", TOKENIZER, "--verify"),
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 0 and "verification PASSED" in done.stdout, done.stdout + done.stderr
+    anonymized = anonymize_verified(out, tmp_path)
     thinking = json.loads(read_trace(anonymized).table.to_pylist()[1]["content_messages"])[1]["content"][0]
     assert (
         len(thinking["signature"]) == len(echoed[0]["signature"])
