@@ -5,7 +5,7 @@ ancestors' input and output. Pure: the caller adds model, stream, length and sam
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from llmreplay.trace_format import TraceRecord
 from replayer.plan.api_bodies import ApiBody, chat_view, tagged
@@ -81,9 +81,11 @@ def spelled_turns(
     nonce: int,
     correction: int,
     history: Sequence[TraceRecord],
+    sent_correction: Callable[[TraceRecord], int] = lambda turn: 0,
 ) -> list[tuple[str, str]]:
-    """(role, text) of a shape row: its own messages, after its ancestors' turns (their input without
-    system prompts, which a chained turn does not inherit, and an answer of their output length)."""
+    """(role, text) of a shape row: its own messages, after its ancestors' turns (their input as they
+    were sent, respelled with `sent_correction(turn)`, without system prompts, which a chained turn does
+    not inherit, and an answer of their output length)."""
     own = speller.messages(
         record.messages,
         record.prompt_tokens,
@@ -97,8 +99,9 @@ def spelled_turns(
     earlier: list[tuple[str, str]] = []
     for turn in history:
         spelled = speller.messages(
-            turn.messages, turn.prompt_tokens, turn.prefix_block_hashes, turn.request_id, nonce
-        )
+            turn.messages, turn.prompt_tokens, turn.prefix_block_hashes, turn.request_id, nonce,
+            sent_correction(turn),
+        )  # fmt: skip
         earlier += [(role, text) for role, text in spelled if role != "system"]
         if turn.completion_tokens:
             earlier.append(

@@ -39,7 +39,8 @@ class ChainedTurns:
         return self.modes[shard].get(index, PLAIN)
 
     def history(self, record: TraceRecord) -> list[TraceRecord]:
-        """The ancestors an expanded turn is sent with, root first (those the trace holds)."""
+        """The ancestors of a turn with server state, root first (those the trace holds): an expanded
+        turn is sent with them, a chained one fitted on them."""
         chain = ancestors(record.request_id, self.parent_of)
         return [self.records[a] for a in chain if a in self.records]
 
@@ -83,9 +84,8 @@ def chained_turns(trace_path: str, shards: Sequence, mode: str) -> ChainedTurns 
 def _wanted(shard_modes: dict[int, int], shard, ids_list: list, parent_of: dict) -> set[str]:
     rows = np.frombuffer(shard.rows, np.int64)
     found: set[str] = set()
-    for index, m in shard_modes.items():
-        if m == EXPANDED:
-            found.update(ancestors(ids_list[rows[index]], parent_of))
+    for index in shard_modes:  # an expanded turn is sent with them, a chained one is fitted on them
+        found.update(ancestors(ids_list[rows[index]], parent_of))
     return found
 
 

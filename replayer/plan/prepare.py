@@ -68,7 +68,7 @@ def write_requests(job: BuildJob) -> Prepared:
     from replayer.plan.chained_turns import chained_turns
     from replayer.plan.prompt_fit import PromptFitter
     from replayer.plan.request_builder import build_request
-    from replayer.plan.responses_state import EXPANDED
+    from replayer.plan.responses_state import PLAIN
     from replayer.plan.schedule import sent_name
     from replayer.plan.trace_rows import stream_records
 
@@ -91,7 +91,7 @@ def write_requests(job: BuildJob) -> Prepared:
                 shard = shards[s]
                 plan = shard.plans[index]
                 sending = turns.sending(s, index) if turns is not None else 0
-                history = turns.history(record) if sending == EXPANDED else ()
+                history = turns.history(record) if sending != PLAIN else ()
                 built = build_request(record, plan, build, speller, fitter, sending, history)
                 headers = [("X-Request-Id", sent_name(record.request_id, plan.copy_index, build.loop_stride))]
                 if session_header and record.session_id is not None:

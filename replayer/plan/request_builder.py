@@ -174,7 +174,8 @@ def _api_request(record, plan, options, content, body, path, fitter, sending, hi
     from replayer.plan.responses_state import CHAINED
 
     row = API_BODIES[record.endpoint]
-    body.update(_api_prompt(row, record, content, fitter, sending, history))
+    chain_mode = options.responses_state == "chain"
+    body.update(_api_prompt(row, record, content, fitter, sending, history, chain_mode))
     if sending == CHAINED:
         body["previous_response_id"] = PREVIOUS_RESPONSE_PLACEHOLDER
     body["stream"] = record.stream
@@ -192,29 +193,41 @@ def _api_request(record, plan, options, content, body, path, fitter, sending, hi
     return BuiltRequest(path, _json_bytes(body), record.stream, wanted)
 
 
-def _api_prompt(row, record, content, fitter, sending, history) -> dict:
-    """Recorded content as it was sent, or the shape spelled in the API's shape (fitted to the target's
-    count, except for a chained turn: the target holds its history, which no count can see)."""
+def _api_prompt(row, record, content, fitter, sending, history, chain_mode=True) -> dict:
+    """Recorded content as it was sent, or the shape spelled in the API's shape and fitted to the
+    target's count. A chained turn sends its own input only; it is fitted on the count of what the
+    target then holds: its ancestors' turns as they were sent, then its own (how vLLM builds it)."""
     from replayer.plan import api_request
-    from replayer.plan.responses_state import CHAINED
+    from replayer.plan.responses_state import CHAINED, PREVIOUS_RESPONSE
 
+    sent_history = () if sending == CHAINED else history
     if content.has_content:
         if record.content_messages is None:
             raise BadInput(f"request {record.request_id}: a {record.endpoint} row without content_messages")
-        fields = api_request.content_fields(row, record, content._tag(), history)
+        fields = api_request.content_fields(row, record, content._tag(), sent_history)
         if fitter is not None and record.prompt_tokens is not None and sending != CHAINED:
             fitter.measure_chat(record.prompt_tokens, *api_request.counted_view(record.endpoint, fields))
         return fields
     speller = content._need_speller()
     tools = api_request.synthesized_tools(row, speller, record, content.nonce)
 
-    def spell(correction: int) -> tuple:
-        spelled = api_request.spelled_turns(speller, record, content.nonce, correction, history)
-        return spelled, row.chat(spelled), api_request.chat_tools(tools)
+    def layout(turn) -> tuple:
+        chained = chain_mode and turn.server_state == PREVIOUS_RESPONSE
+        return ((turn.endpoint, *(("chained",) if chained else ()), *(m.role for m in turn.messages)), turn.tools_count)
 
-    if fitter is not None and record.prompt_tokens is not None and sending != CHAINED:
-        layout = ((record.endpoint, *(m.role for m in record.messages)), len(tools))
-        spelled = fitter.fit_api(record.prompt_tokens, layout, spell)[0]
+    def sent_correction(turn) -> int:
+        return fitter.stats.corrections.get(layout(turn), 0) if fitter is not None else 0
+
+    def spell(correction: int) -> tuple:
+        nonce = content.nonce
+        spelled = api_request.spelled_turns(speller, record, nonce, correction, sent_history, sent_correction)
+        held = spelled
+        if sending == CHAINED:
+            held = api_request.spelled_turns(speller, record, nonce, correction, history, sent_correction)
+        return spelled, row.chat(held), api_request.chat_tools(tools)
+
+    if fitter is not None and record.prompt_tokens is not None and (history or sending != CHAINED):
+        spelled = fitter.fit_api(record.prompt_tokens, layout(record), spell)[0]
     else:
         spelled = spell(0)[0]
     return api_request.shape_fields(row, speller, record, content.nonce, spelled, tools)

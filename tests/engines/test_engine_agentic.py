@@ -192,6 +192,13 @@ def test_vllm_recorded_with_the_sdks_anonymized_replayed_and_compared(engine, tm
     output_exact = sum(r["completion_tokens"] == r["recorded_completion_tokens"] for r in rows)
     record_figure("vllm", "agentic_recorded_prompt_exact", f"{prompt_exact}/5")
     record_figure("vllm", "agentic_recorded_output_exact", f"{output_exact}/5")
+    # A chained turn is fitted on the history vLLM holds, but vLLM re-tokenizes the stored answer text:
+    # the random-weight model's may come out a few tokens longer (5/5 and 3/5 exact in two runs). The
+    # turns without server state are fitted on what is sent: always exact.
+    state = {r["request_id"]: r["server_state"] for r in pq.read_table(anonymized).to_pylist()}
+    assert all(
+        r["prompt_tokens"] == r["recorded_prompt_tokens"] for r in rows if state[r["request_id"]] is None
+    )
     assert all(r["completion_tokens"] <= r["recorded_completion_tokens"] for r in rows)
     assert json.loads((out / "run.json").read_text())["builder"]["responses_state"]["chained"] == 2
     compared = subprocess.run(
