@@ -46,7 +46,9 @@ class ChainedTurns:
 
 
 def chained_turns(trace_path: str, shards: Sequence, mode: str) -> ChainedTurns | None:
-    """None when no row of the trace has server state (the common case: nothing else is read)."""
+    """None when no row of the trace has server state (the common case: only that column is read)."""
+    if not _any_server_state(trace_path):
+        return None
     ids, parents, states = _columns(trace_path)
     stateful = np.flatnonzero(pc.is_valid(states).to_numpy(zero_copy_only=False))
     if not len(stateful):
@@ -95,6 +97,18 @@ def _previous_plan(next_index: np.ndarray) -> np.ndarray:
     linked = np.flatnonzero(next_index != NONE)
     previous[next_index[linked]] = linked
     return previous
+
+
+def _any_server_state(trace_path: str) -> bool:
+    import pyarrow.parquet as pq
+
+    for file in trace_files(trace_path):
+        handle = pq.ParquetFile(file)
+        if "server_state" in handle.schema_arrow.names:
+            states = handle.read(columns=["server_state"]).column(0)
+            if states.null_count < len(states):
+                return True
+    return False
 
 
 def _columns(trace_path: str):
