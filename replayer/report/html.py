@@ -448,6 +448,7 @@ def _bucket_section(result: dict) -> str:
         "stream": "Streaming",
         "tools": "Tools",
         "model": "Model",
+        "endpoint": "API (endpoint)",
     }
     for dimension in dict.fromkeys(b["dimension"] for b in buckets):
         rows = []
