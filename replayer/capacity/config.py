@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from llmreplay.errors import BadInput
 from llmreplay.options import duration, factor, option, positive
+from replayer.capacity.search import DEFAULT_MAX_STEPS
 from replayer.compare.config import parse_slos
 from replayer.config import ReplayConfig
 
@@ -96,6 +97,7 @@ class CapacityConfig:
     )
     start_factor: float = option(1.0, type=float, check=factor, help="First load factor.")
     max_factor: float = option(64.0, type=float, check=factor, help="Largest load factor tried.")
+    max_steps: int = option(DEFAULT_MAX_STEPS, type=int, check=positive, help="Most steps the search runs.")
     sustain_ns: int | None = option(
         None,
         flags=("--sustain",),
@@ -139,6 +141,7 @@ class CapacityConfig:
             "budget_s": self.budget_ns / 1e9,
             "start_factor": self.start_factor,
             "max_factor": self.max_factor,
+            "max_steps": self.max_steps,
             "sustain_s": self.sustain_or_default_ns / 1e9,
             "headroom_target": self.headroom_target,
             "require_headroom": self.require_headroom,

@@ -1,16 +1,18 @@
 """One step's run measured over its window: offered and achieved load, goodput, latency percentiles with
-CIs, SLO verdicts on the CI's upper bound, errors, whether the client was the limit. Pure over a Side.
+CIs, SLO verdicts on the CI's upper bound, errors, cold start, whether the server kept up or the client
+was the limit. Pure over a Side whose table holds the measured rows (the warm-up rows are Side.warmup).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
+import replayer.capacity.noise as noise
 import replayer.compare.slo as compare_slo
 import replayer.compare.stats as compare_stats
+from llmreplay.metrics import success_mask
 from replayer.compare import run_fidelity
 from replayer.compare.config import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, CONFIDENCE
 from replayer.compare.error_gate import error_counts
@@ -23,82 +25,134 @@ SHOWN_METRICS = ("ttft", "ttfo", "tpot", "e2e")
 SHOWN_PERCENTILES = (50, 95, 99)
 SHED = "shed_by_client"
 PASS, FAIL, CLIENT_BOUND, INTERRUPTED = "pass", "fail", "client_bound", "interrupted"
+MIN_TREND_REQUESTS = 9  # fewer measured requests: no queue trend is judged
+QUEUE_GROWTH = 2.0  # late median TTFT over early p95 that says a queue grew
 
 
 @dataclass(frozen=True, slots=True)
 class Clock:
-    """Where the measured window sits: from the run's first trace request (trace ns), and the time factor."""
+    """Where the measured window sits on the run's clock (ns from the run's start): after the warm-up."""
 
-    measure_from_ns: int  # window start - first trace offset the run replays (the warm-up's length)
-    window_ns: int  # on the trace's clock
-    speed: float
-
-    @property
-    def run_start_ns(self) -> float:
-        return self.measure_from_ns / self.speed
+    start_ns: float  # run.json phases.measured_start_offset_s: the warm-up's length / speed
+    length_ns: float  # the window's trace length / speed
 
     @property
-    def run_seconds(self) -> float:
-        return self.window_ns / self.speed / 1e9
+    def seconds(self) -> float:
+        return self.length_ns / 1e9
 
 
-def noise(requests: int, precision: float) -> float:
-    """The relative change a step's rates can show by chance: max(precision, 2/sqrt(requests))."""
-    return max(precision, 2 / math.sqrt(max(1, requests)))
-
-
-def measure(
-    side: Side, clock: Clock, slos: tuple, limits: FidelityLimits, max_error_rate: float, precision: float
-) -> dict:
+def measure(side: Side, clock: Clock, slos: tuple, limits: FidelityLimits, max_error_rate: float) -> dict:
     """The step's row of capacity.json (docs/capacity-format.md), but for index, factor, kind, run_dir."""
     req = build_requests(side)
-    measured = req.trace_offset_ns >= clock.measure_from_ns
-    seconds = clock.run_seconds
-    offered = _offered(req, measured, seconds)
+    everyone = np.ones(len(req), dtype=bool)
+    offered = _offered(req, clock.seconds)
     achieved = _achieved(side, req, clock)
     meets = compare_slo.meets_slos(req.success, req.latency_ns, list(slos))
-    good = compare_slo.goodput(meets & measured, req.counted & measured, seconds)
+    good = compare_slo.goodput(meets, req.counted, clock.seconds)
+    share = good["share"] if good["share"] is not None else 0.0
+    good["served_per_s"] = achieved["requests_per_s"] * share
+    good["served_se_per_s"] = achieved["se_per_s"] * share
     rng = compare_stats.make_rng(BOOTSTRAP_SEED)
-    sample = samples(req, np.arange(len(req)), measured)
-    latency = {name: _percentiles(sample.sorted[name], rng) for name in SHOWN_METRICS}
-    slo_rows = [_slo_row(slo, sample, rng) for slo in slos]
-    errors = _errors(req, measured, max_error_rate)
+    sample = samples(req, np.arange(len(req)), everyone)
     lag_p99_ms, bound_reason = _client_bound(side, req, limits)
+    rate = achieved["requests_per_s"]
     row = {
         "offered": offered,
         "achieved": achieved,
         "goodput": good,
-        "latency": latency,
-        "slos": slo_rows,
-        "errors": errors,
+        "latency": {name: _percentiles(sample.sorted[name], rng) for name in SHOWN_METRICS},
+        "slos": [_slo_row(slo, sample, rng) for slo in slos],
+        "errors": _errors(req, everyone, max_error_rate),
+        "cold_start": cold_start(side),
         "dispatch_lag_p99_ms": lag_p99_ms,
         "client_bound": bound_reason is not None,
         "client_bound_reason": bound_reason,
-        "noise": noise(offered["requests"], precision),
+        "noise": noise.band_per_s(achieved["se_per_s"]) / rate if rate > 0 else None,
     }
+    row["kept_up"], row["saturation_reason"] = _kept_up(row, req)
     row["verdict"], row["fail_reasons"] = _verdict(row, side.config.get("stop_reason"))
     return row
 
 
-def _offered(req: RequestColumns, measured: np.ndarray, seconds: float) -> dict:
-    tokens = float(np.nansum(req.recorded_completion_tokens[measured]))
-    count = int(measured.sum())
-    return {"requests": count, "requests_per_s": count / seconds, "output_tokens_per_s": tokens / seconds}
+def cold_start(side: Side) -> dict:
+    """The replay's first requests (its warm-up rows), in no verdict: their count and TTFT p50/p95."""
+    warm = side.warmup
+    if warm is None or warm.num_rows == 0:
+        return {"requests": 0, "ttft_p50_ms": None, "ttft_p95_ms": None}
+    ttft = warm.column("ttft_ns").to_numpy(zero_copy_only=False).astype(float)
+    ttft = np.sort(ttft[success_mask(warm) & np.isfinite(ttft)])
+    p50, p95 = (compare_stats.sorted_quantile(ttft, q) for q in (0.5, 0.95))
+    return {
+        "requests": int(warm.num_rows),
+        "ttft_p50_ms": None if p50 is None else p50 / 1e6,
+        "ttft_p95_ms": None if p95 is None else p95 / 1e6,
+    }
+
+
+def _offered(req: RequestColumns, seconds: float) -> dict:
+    tokens = float(np.nansum(req.recorded_completion_tokens))
+    return {
+        "requests": len(req),
+        "requests_per_s": len(req) / seconds,
+        "output_tokens_per_s": tokens / seconds,
+    }
+
+
+def _ends(table) -> tuple[np.ndarray, np.ndarray]:
+    """(run-clock end ns, completion tokens) of a results table's successful rows."""
+    sent = table.column("sent_offset_ns").to_numpy(zero_copy_only=False).astype(float)
+    e2e = table.column("e2e_ns").to_numpy(zero_copy_only=False).astype(float)
+    tokens = table.column("completion_tokens").to_numpy(zero_copy_only=False).astype(float)
+    end = sent + e2e
+    keep = success_mask(table) & np.isfinite(end)
+    return end[keep], tokens[keep]
 
 
 def _achieved(side: Side, req: RequestColumns, clock: Clock) -> dict:
-    """Requests (any, warm-up included) that ended successfully within the window on the run's clock:
-    the server's throughput there, which is its capacity once it is saturated."""
-    sent = side.table.column("sent_offset_ns").to_numpy(zero_copy_only=False).astype(float)
-    e2e = req.latency_ns["e2e"]
-    end = sent + e2e
-    start = clock.run_start_ns
-    inside = req.success & np.isfinite(end) & (end >= start) & (end < start + clock.window_ns / clock.speed)
-    seconds = clock.run_seconds
+    """The server's completions (any row, warm-up ones too) within the window shifted by the measured
+    rows' median E2E: where the window's arrivals end while it keeps up, its throughput once saturated."""
+    pieces = [_ends(t) for t in (side.table, side.warmup) if t is not None and t.num_rows]
+    end = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros(0)
+    tokens = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0)
+    e2e = req.latency_ns["e2e"][req.success]
+    e2e = e2e[np.isfinite(e2e)]
+    shift_ns = float(np.median(e2e)) if e2e.size else 0.0
+    start = clock.start_ns + shift_ns
+    inside = (end >= start) & (end < start + clock.length_ns)
     return {
-        "requests_per_s": int(inside.sum()) / seconds,
-        "output_tokens_per_s": float(np.nansum(req.completion_tokens[inside])) / seconds,
+        "requests_per_s": int(inside.sum()) / clock.seconds,
+        "output_tokens_per_s": float(np.nansum(tokens[inside])) / clock.seconds,
+        "se_per_s": noise.rate_se_per_s(end, start, clock.length_ns),
+        "shift_ms": shift_ns / 1e6,
     }
+
+
+def _queue_grew(req: RequestColumns) -> str | None:
+    """A queue growing over the window: the last third's median TTFT (E2E where no TTFT) above
+    QUEUE_GROWTH x the first third's p95, by send time. Service time alone does not double a tail."""
+    ttft, e2e = req.latency_ns["ttft"], req.latency_ns["e2e"]
+    wait = np.where(np.isfinite(ttft), ttft, e2e)
+    ok = req.success & np.isfinite(req.start_ns) & np.isfinite(wait)
+    if ok.sum() < MIN_TREND_REQUESTS:
+        return None
+    ordered = wait[ok][np.argsort(req.start_ns[ok], kind="stable")]
+    third = len(ordered) // 3
+    early_p95, late_p50 = float(np.percentile(ordered[:third], 95)), float(np.median(ordered[-third:]))
+    if late_p50 <= QUEUE_GROWTH * early_p95:
+        return None
+    return (
+        f"the queue grew across the window (late median TTFT {late_p50 / 1e6:.0f} ms, "
+        f"early p95 {early_p95 / 1e6:.0f} ms)"
+    )
+
+
+def _kept_up(row: dict, req: RequestColumns) -> tuple[bool, str | None]:
+    """The server kept up: achieved within the noise of offered, and no queue growing over the window."""
+    offered, achieved = row["offered"]["requests_per_s"], row["achieved"]
+    if noise.fell_behind(offered, achieved["requests_per_s"], achieved["se_per_s"]):
+        return False, f"achieved {achieved['requests_per_s']:.2f} req/s of {offered:.2f} offered"
+    grew = _queue_grew(req)
+    return grew is None, grew
 
 
 def _interval(sorted_values: np.ndarray, q: float, rng, effective_n: int | None = None) -> dict:
@@ -180,9 +234,8 @@ def _verdict(row: dict, stop_reason: str | None) -> tuple[str, list[str]]:
     ]
     if row["errors"]["over_limit"]:
         reasons.append(f"error rate {row['errors']['rate']:.1%}")
-    offered, achieved = row["offered"]["requests_per_s"], row["achieved"]["requests_per_s"]
-    if achieved < offered * (1 - row["noise"]):
-        reasons.append(f"saturated: achieved {achieved:.2f} req/s of {offered:.2f} offered")
+    if not row["kept_up"]:
+        reasons.append(f"saturated: {row['saturation_reason']}")
     return (FAIL if reasons else PASS), reasons
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import replayer.capacity.noise as noise
 from replayer.capacity.measure import CLIENT_BOUND, INTERRUPTED, PASS
 
 KV_FULL = 0.9  # KV usage at or above this share is "near full"
@@ -19,38 +20,55 @@ def _judged(steps: list[dict]) -> list[dict]:
 
 
 def kept_up(step: dict) -> bool:
-    """The server finished within the window about as many requests as were offered there."""
-    return step["achieved"]["requests_per_s"] >= step["offered"]["requests_per_s"] * (1 - step["noise"])
+    """The server kept up with the step's load (replayer.capacity.measure: achieved and queue growth)."""
+    return step["kept_up"]
+
+
+def _served(step: dict) -> float:
+    """The knee's curve: requests per second served within the window meeting every SLO (no SLO:
+    achieved throughput)."""
+    return step["goodput"]["served_per_s"]
+
+
+def on_the_line(step: dict) -> bool:
+    """Goodput still grows as the load: the server kept up and served the offered rate within every SLO,
+    within the noise (replayer.capacity.noise). Past the knee goodput stops growing with the factor."""
+    good = step["goodput"]
+    offered = step["offered"]["requests_per_s"]
+    return step["kept_up"] and not noise.fell_behind(offered, good["served_per_s"], good["served_se_per_s"])
+
+
+def knee_bracket(steps: list[dict]) -> tuple[float | None, float | None]:
+    """(lo, hi]: hi the smallest factor off the line (None: every step on it), lo the largest factor
+    below hi on it (None: no step below hi). A factor is on the line when each of its steps is."""
+    judged = _judged(steps)
+    factors = sorted({s["factor"] for s in judged})
+    off = [f for f in factors if not all(on_the_line(s) for s in judged if s["factor"] == f)]
+    hi = off[0] if off else None
+    below = [f for f in factors if (hi is None or f < hi) and f not in off]
+    return (below[-1] if below else None), hi
 
 
 def knee(steps: list[dict]) -> dict | None:
-    """Where achieved throughput stops growing with the load: the bracket between the largest factor that
-    kept up and the first above it that did not; its rate is the best throughput a saturated step reached."""
+    """Where goodput stops growing with the load: the bracket (lo, hi], its factor the middle, its rate
+    the best goodput served at or below hi (the server's throughput there when no SLO is given)."""
     judged = _judged(steps)
     if not judged:
         return None
-    saturated = [s for s in judged if not kept_up(s)]
-    hi = saturated[0]["factor"] if saturated else None
-    below = [s for s in judged if kept_up(s) and (hi is None or s["factor"] < hi)]
-    lo = below[-1]["factor"] if below else None
-    if hi is None:
-        best = max(judged, key=lambda s: s["achieved"]["requests_per_s"])
-        note = "not reached: every step kept up (the knee lies above the largest factor tried)"
-        factor = None
-    else:
-        best = max(saturated, key=lambda s: s["achieved"]["requests_per_s"])
-        per_factor = best["offered"]["requests_per_s"] / best["factor"]
-        factor = best["achieved"]["requests_per_s"] / per_factor if per_factor > 0 else None
-        note = "achieved throughput of the saturated steps, over the offered rate per unit of factor"
+    lo, hi = knee_bracket(steps)
+    best = max((s for s in judged if hi is None or s["factor"] <= hi), key=_served)
+    factor = None if hi is None else (hi if lo is None else (lo + hi) / 2)
     return {
         "factor": factor,
         "bracket": [lo, hi],
-        "requests_per_s": best["achieved"]["requests_per_s"],
-        "output_tokens_per_s": best["achieved"]["output_tokens_per_s"],
+        "requests_per_s": _served(best),
+        "output_tokens_per_s": best["achieved"]["output_tokens_per_s"] * (best["goodput"]["share"] or 0.0),
         "reached": hi is not None,
         "noise": best["noise"],
-        "basis": "achieved_throughput",
-        "note": note,
+        "basis": "goodput" if best["slos"] else "achieved_throughput",
+        "note": "goodput left the offered load's line between lo and hi"
+        if hi is not None
+        else "not reached: goodput still grew with the load at the largest factor tried",
     }
 
 

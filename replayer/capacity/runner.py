@@ -16,7 +16,8 @@ from replayer.capacity.config import CapacityConfig
 from replayer.capacity.document import FORMAT, FORMAT_VERSION, read_capacity, refuse_changed, write_capacity
 from replayer.capacity.search import SUSTAIN, SearchSettings, search
 from replayer.capacity.step import StepPlan, StepResult, run_step
-from replayer.capacity.window import Window, busiest_stretch, peak_minute, warmup_before
+from replayer.capacity.terminal import progress_line
+from replayer.capacity.window import Window, busiest_stretch, copy_jitter_for, peak_minute, warmup_before
 
 CLIENT_ADVICE = (
     "the replay client could not keep the schedule, so this is the client's limit, not the server's: "
@@ -50,7 +51,7 @@ def run_capacity(config: CapacityConfig, console=None, clock=time.monotonic) -> 
     warmup_start, warmup_requests = warmup_before(offsets, window, config.step_warmup_ns)
     sustain_end = min(int(offsets.max()) + 1, window.start_ns + config.sustain_or_default_ns)
     peak = peak_minute(offsets, tokens)
-    first = int(offsets[offsets >= warmup_start].min())
+    jitter_ns = copy_jitter_for(offsets, window)
     out_dir.mkdir(parents=True, exist_ok=True)
     started = clock()
     steps: list[dict] = []
@@ -75,16 +76,15 @@ def run_capacity(config: CapacityConfig, console=None, clock=time.monotonic) -> 
         "slos": config.slos,
         "limits": config.replay.limits,
         "max_error_rate": config.replay.max_error_rate,
-        "precision": config.precision,
     }
 
     def one_step(factor: float, kind: str) -> StepResult:
         end = max(sustain_end, window.end_ns) if kind == SUSTAIN else window.end_ns
-        plan = StepPlan(len(steps), factor, kind, warmup_start, window.start_ns, end, first)
-        if console is not None and not config.replay.quiet:
-            console.print(f"step {plan.index}: {kind} x{factor:g} ({config.by})", highlight=False)
+        plan = StepPlan(len(steps), factor, kind, warmup_start, window.start_ns, end, jitter_ns)
         result = run_step(plan, config.replay, config.by, out_dir, analysis, console)
         steps.append(result.row)
+        if console is not None and not config.replay.quiet:
+            console.print(progress_line(result.row), markup=False, highlight=False, soft_wrap=True)
         write_capacity(out_dir, {**document, "stop_reason": "running", "elapsed_s": clock() - started})
         return result
 
@@ -93,8 +93,11 @@ def run_capacity(config: CapacityConfig, console=None, clock=time.monotonic) -> 
         precision=config.precision,
         max_factor=config.max_factor,
         budget_s=config.budget_ns / 1e9,
+        max_steps=config.max_steps,
     )
-    outcome = search(one_step, search_settings, clock)
+    outcome = search(
+        one_step, search_settings, clock, lambda probes: points.knee_bracket([p.row for p in probes])
+    )
     document.update(_points(config, steps, outcome, peak.requests_per_s))
     document["elapsed_s"] = clock() - started
     write_capacity(out_dir, document)

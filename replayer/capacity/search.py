@@ -1,5 +1,6 @@
-"""The search over load factors: bracket by doubling (or halving), bisect to the precision, confirm
-with one longer sustain step. Pure: it only calls the step function it is given and reads a clock.
+"""The search over load factors: bracket the SLO limit by doubling (or halving), bisect it to the
+precision, confirm it with one longer sustain step; then, with the steps and budget left, bracket and
+bisect the knee to the precision too. Pure: it calls the step and knee functions it is given, reads a clock.
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-SEARCH, SUSTAIN = "search", "sustain"
+SEARCH, SUSTAIN, KNEE = "search", "sustain", "knee"
 CONVERGED, BUDGET, MAX_FACTOR, MIN_FACTOR = "converged", "budget", "max_factor", "min_factor"
 CLIENT_BOUND, INTERRUPTED, MAX_STEPS = "client_bound", "interrupted", "max_steps"
+DEFAULT_MAX_STEPS = 40  # --max-steps
 SIGNIFICANT_DIGITS = 4  # factors are rounded so step directories and reruns agree
 
 
@@ -30,7 +32,7 @@ class SearchSettings:
     max_factor: float = 64.0
     min_factor: float = 1 / 64
     budget_s: float = 3600.0
-    max_steps: int = 40
+    max_steps: int = DEFAULT_MAX_STEPS
     sustain_retries: int = 3  # sustain steps after the first that failed, each one precision lower
 
 
@@ -45,6 +47,11 @@ class SearchOutcome:
     stop_reason: str = CONVERGED
 
 
+# The knee's bracket from the steps so far: (lo, hi], lo the largest factor still below the knee (None:
+# none below it), hi the smallest past it (None: none seen yet). See replayer.capacity.points.
+KneeBracket = Callable[[list], tuple[float | None, float | None]]
+
+
 class _Stop(Exception):
     def __init__(self, reason: str):
         self.reason = reason
@@ -55,9 +62,13 @@ def rounded(factor: float) -> float:
 
 
 def search(
-    run_step: Callable[[float, str], Probe], settings: SearchSettings, clock=time.monotonic
+    run_step: Callable[[float, str], Probe],
+    settings: SearchSettings,
+    clock=time.monotonic,
+    knee_bracket: KneeBracket | None = None,
 ) -> SearchOutcome:
-    """Run the search with `run_step(factor, kind)`; every load loop here is bounded in steps and time."""
+    """Run the search with `run_step(factor, kind)`; with `knee_bracket(probes)` the knee is refined
+    after the limit is confirmed. Every load loop here is bounded in steps and time."""
     outcome = SearchOutcome()
     started = clock()
 
@@ -81,6 +92,8 @@ def search(
         _bracket(probe, settings, outcome)
         _bisect(probe, settings, outcome)
         _sustain(probe, settings, outcome)
+        if knee_bracket is not None:
+            _knee(probe, settings, outcome, knee_bracket)
     except _Stop as stop:
         outcome.stop_reason = stop.reason
     return outcome
@@ -132,3 +145,29 @@ def _sustain(probe, settings: SearchSettings, outcome: SearchOutcome) -> None:
             return
         factor = rounded(factor * (1 - settings.precision))
     raise _Stop(MAX_STEPS)
+
+
+def _knee(probe, settings: SearchSettings, outcome: SearchOutcome, knee_bracket: KneeBracket) -> None:
+    """Double above the largest factor until a step is past the knee (halve below the smallest when every
+    step is), then bisect the bracket to the precision; factors already run are not run again."""
+    while True:
+        tried = {factor for factor, _, result in outcome.steps if not result.client_bound}
+        lo, hi = knee_bracket([result for _, _, result in outcome.steps])
+        if hi is None:
+            top = max(tried)
+            if top >= settings.max_factor:
+                return
+            factor = rounded(min(2 * top, settings.max_factor))
+        elif lo is None:
+            factor = rounded(min(tried) / 2)
+            if factor < settings.min_factor:
+                return
+        elif (hi - lo) / lo > settings.precision:
+            factor = rounded((lo + hi) / 2)
+            if factor in (lo, hi):
+                return
+        else:
+            return
+        if factor in tried:
+            return
+        probe(factor, KNEE)

@@ -1,5 +1,6 @@
-"""One step: a normal `replay` run of the warm-up and the window at one factor into DIR/steps/NN-x<factor>/,
-then measured (replayer.capacity.measure). A finished step directory is read, not rerun; a killed one is redone.
+"""One step: a normal `replay` run of the window at one factor, after the replay's own warm-up
+(ScheduleConfig.warmup_ns), into DIR/steps/NN-x<factor>/, then measured (replayer.capacity.measure).
+A finished step directory is read, not rerun; a killed, interrupted or client-bound one is redone.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class StepPlan:
     warmup_start_ns: int
     window_start_ns: int
     window_end_ns: int
-    first_offset_ns: int  # the first trace request at or after warmup_start_ns (the run's clock zero)
+    copy_jitter_ns: int  # bound of the seeded shift of --by scale copies (the window's own gap)
 
     @property
     def dir_name(self) -> str:
@@ -74,11 +75,13 @@ def resume_action(run_dir: Path) -> str:
 
 
 def step_config(template: ReplayConfig, plan: StepPlan, by: str, run_dir: Path) -> ReplayConfig:
-    """The template's replay with this step's run directory, trace window and load factor."""
+    """The template's replay with this step's run directory, trace window, warm-up and load factor."""
     schedule = dataclasses.replace(
         template.schedule,
-        from_offset_ns=plan.warmup_start_ns,
+        from_offset_ns=plan.window_start_ns,
         to_offset_ns=plan.window_end_ns,
+        warmup_ns=plan.window_start_ns - plan.warmup_start_ns,
+        copy_jitter_ns=plan.copy_jitter_ns,
         **({"speed": plan.factor} if by == BY_SPEED else {"scale": plan.factor}),
     )
     return dataclasses.replace(template, run_dir=str(run_dir), schedule=schedule)
@@ -87,35 +90,46 @@ def step_config(template: ReplayConfig, plan: StepPlan, by: str, run_dir: Path) 
 def run_step(
     plan: StepPlan, template: ReplayConfig, by: str, out_dir: Path, analysis: dict, console=None
 ) -> StepResult:
-    """Run (or reuse) the step's replay and measure it; `analysis`: slos, limits, max_error_rate, precision."""
+    """Run (or reuse) the step's replay and measure it; `analysis`: slos, limits, max_error_rate.
+    A reused step the client could not drive is run again (a rerun may bring more --workers)."""
     run_dir = out_dir / STEPS_DIR / plan.dir_name
     action = resume_action(run_dir)
+    if action == REUSE:
+        row = _measured(run_dir, plan, by, analysis)
+        if row["verdict"] != CLIENT_BOUND:
+            return _result(plan, run_dir, row, reused=True)
+        action = RERUN
     if action == RERUN:
         shutil.rmtree(run_dir)
-    if action != REUSE:
-        from replayer.coordinator import run_replay
+    from replayer.coordinator import run_replay
 
-        run_replay(step_config(template, plan, by, run_dir), console)
+    run_replay(step_config(template, plan, by, run_dir), console)
+    if resume_action(run_dir) != REUSE:  # stopped by Ctrl-C: not a step, the search ends here
+        raise KeyboardInterrupt
+    return _result(plan, run_dir, _measured(run_dir, plan, by, analysis), reused=False)
+
+
+def _measured(run_dir: Path, plan: StepPlan, by: str, analysis: dict) -> dict:
     side = load_side(run_dir, "step")
     speed = plan.factor if by == BY_SPEED else 1.0
-    clock = Clock(
-        plan.window_start_ns - plan.first_offset_ns, plan.window_end_ns - plan.window_start_ns, speed
-    )
+    phases = side.config.get("phases") or {}
+    start_ns = float(phases.get("measured_start_offset_s") or 0.0) * 1e9
+    clock = Clock(start_ns, (plan.window_end_ns - plan.window_start_ns) / speed)
     row = measure(side, clock, **analysis)
     metrics = run_server_metrics(run_dir, side.config)
     took_ns = (side.config.get("ended_unix_ns") or 0) - (side.config.get("started_unix_ns") or 0)
+    return {
+        **row,
+        "server_metrics": None if metrics is None else metrics["summary"],
+        "elapsed_s": took_ns / 1e9,
+    }
+
+
+def _result(plan: StepPlan, run_dir: Path, row: dict, reused: bool) -> StepResult:
     head = {
         "index": plan.index,
         "factor": plan.factor,
         "kind": plan.kind,
         "run_dir": f"{STEPS_DIR}/{plan.dir_name}",
-        "elapsed_s": took_ns / 1e9,
     }
-    return StepResult(
-        {
-            **head,
-            **row,
-            "server_metrics": None if metrics is None else metrics["summary"],
-            "reused": action == REUSE,
-        }
-    )
+    return StepResult({**head, **row, "reused": reused})

@@ -111,3 +111,16 @@ def print_verdict(document: dict, console) -> None:
     verdict = document["verdict"]
     word = "PASS" if verdict["passed"] else "FAIL"
     console.print(f"{word}: {verdict['line']}", markup=False, highlight=False, soft_wrap=True)
+
+
+def progress_line(step: dict) -> str:
+    """One finished step: factor, offered/achieved req/s, goodput, SLO verdicts, elapsed."""
+    slos = " ".join(f"{s['slo']}:{s['verdict']}" for s in step["slos"]) or "no SLO"
+    share = step["goodput"]["share"]
+    return (
+        f"step {step['index']} {step['kind']} x{step['factor']:g}: offered {step['offered']['requests_per_s']:.2f} "
+        f"achieved {step['achieved']['requests_per_s']:.2f} req/s, goodput {step['goodput']['served_per_s']:.2f} "
+        f"req/s ({'-' if share is None else f'{share:.0%}'}), {slos}, {step['verdict']}"
+        f"{'' if step['kept_up'] else ' (did not keep up)'}, {step['elapsed_s']:.1f}s"
+        f"{' reused' if step['reused'] else ''}"
+    )

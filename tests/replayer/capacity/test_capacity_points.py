@@ -5,14 +5,18 @@ import pytest
 import replayer.capacity.points as points
 
 
-def step(factor, offered, achieved, verdict="pass", metrics=None, tokens=40):
+def step(factor, offered, achieved, verdict="pass", metrics=None, tokens=40, share=1.0, se=0.5, kept_up=None):
+    """A step row as measure writes it (the fields points reads), with tiny hand-checkable numbers."""
     return {
         "index": 0,
         "factor": factor,
         "kind": "search",
         "offered": {"requests": 100, "requests_per_s": offered, "output_tokens_per_s": offered * tokens},
-        "achieved": {"requests_per_s": achieved, "output_tokens_per_s": achieved * tokens},
+        "achieved": {"requests_per_s": achieved, "output_tokens_per_s": achieved * tokens, "se_per_s": se},
+        "goodput": {"share": share, "served_per_s": achieved * share, "served_se_per_s": se * share},
+        "slos": [],
         "noise": 0.1,
+        "kept_up": achieved >= offered * 0.95 if kept_up is None else kept_up,
         "verdict": verdict,
         "server_metrics": metrics,
         "client_bound": verdict == "client_bound",
@@ -22,15 +26,29 @@ def step(factor, offered, achieved, verdict="pass", metrics=None, tokens=40):
 STEPS = [step(1, 10, 10), step(2, 20, 19.5), step(4, 40, 25, "fail"), step(3, 30, 25, "fail")]
 
 
-def test_knee_is_the_saturated_throughput_with_its_bracket():
+def test_the_knee_is_where_goodput_leaves_the_offered_line():
     knee = points.knee(STEPS)
-    assert knee["reached"] and knee["bracket"] == [2, 3] and knee["requests_per_s"] == 25
-    assert knee["factor"] == pytest.approx(2.5)
+    assert knee["reached"] and knee["bracket"] == [2, 3] and knee["factor"] == pytest.approx(2.5)
+    assert knee["requests_per_s"] == 25 and knee["basis"] == "achieved_throughput"
 
 
 def test_knee_not_reached_when_every_step_kept_up():
     knee = points.knee(STEPS[:2])
     assert not knee["reached"] and knee["factor"] is None and knee["bracket"] == [2, None]
+    assert points.knee_bracket([step(1, 10, 6, kept_up=False)]) == (None, 1)
+
+
+def test_goodput_below_the_offered_rate_beyond_the_noise_is_past_the_knee():
+    """With an SLO the knee is on goodput: a step that kept up but served a fifth outside the SLO is past it;
+    a shortfall within 2 SEs (batch means: replayer.capacity.noise) is not."""
+    steps = [step(1, 10, 10), step(1.5, 15, 15, share=0.8), step(1.25, 12.5, 12.5, share=0.97, se=0.3)]
+    assert points.knee_bracket(steps) == (1.25, 1.5)
+    assert points.knee(steps)["requests_per_s"] == pytest.approx(12.5 * 0.97)
+
+
+def test_a_queue_that_grew_is_past_the_knee_even_when_achieved_is_within_the_noise():
+    steps = [step(1, 10, 10), step(2, 20, 19.5, kept_up=False)]
+    assert points.knee_bracket(steps) == (1, 2)
 
 
 def test_client_bound_steps_say_nothing_of_the_server():

@@ -12,6 +12,7 @@ from replayer.capacity.search import (
     CLIENT_BOUND,
     CONVERGED,
     MAX_FACTOR,
+    MAX_STEPS,
     MIN_FACTOR,
     SearchSettings,
     search,
@@ -96,3 +97,46 @@ def test_any_limit_converges_in_bounded_steps(limit, start, precision):
         ) / out.last_pass <= precision or out.first_fail <= out.last_pass * 1.001 + 1e-3
     else:
         assert out.stop_reason in (MAX_FACTOR, MIN_FACTOR)
+
+
+def knee_at(knee: float):
+    """A knee bracket over fake probes carrying their factor: on the line up to `knee`."""
+
+    def bracket(probes):
+        factors = sorted({p.factor for p in probes})
+        past = [f for f in factors if f > knee]
+        hi = past[0] if past else None
+        below = [f for f in factors if f <= knee]
+        return (below[-1] if below else None), hi
+
+    return bracket
+
+
+@dataclass
+class Probe:
+    factor: float
+    passed: bool
+    client_bound: bool = False
+    interrupted: bool = False
+
+
+def test_after_the_limit_the_knee_is_bracketed_and_bisected_to_the_precision():
+    def step(factor, kind):
+        return Probe(factor, factor <= 1.5)
+
+    out = search(step, SearchSettings(precision=0.05), knee_bracket=knee_at(2.7))
+    knees = [f for f, kind, _ in out.steps if kind == "knee"]
+    lo, hi = knee_at(2.7)([p for _, _, p in out.steps])
+    assert out.stop_reason == CONVERGED and out.confirmed == out.last_pass <= 1.5
+    assert knees[0] == 4.0 and lo <= 2.7 < hi and (hi - lo) / lo <= 0.05
+    assert len(out.steps) <= 20 and len({(f, k) for f, k, _ in out.steps}) == len(out.steps)
+
+
+def test_the_knee_is_not_refined_past_max_steps_or_when_every_step_is_below_it_at_max_factor():
+    def step(factor, kind):
+        return Probe(factor, factor <= 1.5)
+
+    capped = search(step, SearchSettings(precision=0.05, max_steps=8), knee_bracket=knee_at(2.7))
+    assert capped.stop_reason == MAX_STEPS and len(capped.steps) == 8 and capped.confirmed is not None
+    never = search(step, SearchSettings(precision=0.05, max_factor=4), knee_bracket=knee_at(100))
+    assert never.stop_reason == CONVERGED and max(f for f, _, _ in never.steps) == 4
