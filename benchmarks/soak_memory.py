@@ -149,6 +149,12 @@ def main() -> int:
         if a is None or b is None:
             continue
         print(f"  {name:>12}: peak RSS loop 0 {a:7.1f} MB, loop {last} {b:7.1f} MB, change {b - a:+6.1f} MB")
+    series: dict[int, list[str]] = {}
+    for loop in range(phases["loops_completed"]):
+        for pid, peak in per_loop_peaks(sampler.samples, measured_s, span_s, loop).items():
+            series.setdefault(pid, []).append(f"{peak:.1f}")
+    for pid, peaks in sorted(series.items()):
+        print(f"  {names.get(pid, 'process')} {pid} peak RSS MB by loop: {' '.join(peaks)}")
     for worker in info["workers"]:
         print(f"  worker {worker['worker']} peak RSS over the run (run.json): {worker['max_rss_mb']} MB")
     print(f"  coordinator peak RSS over the run (run.json): {info['coordinator_max_rss_mb']} MB")
