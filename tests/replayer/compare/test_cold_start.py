@@ -50,4 +50,42 @@ def test_compare_of_a_warmed_up_run_with_its_trace_compares_the_measured_window_
     trace = load_side(GOLDEN / "trace-v1.2.parquet", "baseline")
     result = compare_sides(trace, run, CompareConfig())
     assert result["common_requests"] == {"common": 16, "baseline_only": 5, "candidate_only": 0}
-    assert result["sides"]["candidate"]["requests"] == 16 and result["cold_start"]["candidate"]["requests"] == 5
+    assert (
+        result["sides"]["candidate"]["requests"] == 16 and result["cold_start"]["candidate"]["requests"] == 5
+    )
+
+
+def _slow_start_run(tmp_path, loops: int = 20):
+    """The golden run's measured rows as `loops` back-to-back stretches of 3 s, the first one 20x slower."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    run = tmp_path / "slow-start"
+    shutil.copytree(GOLDEN / "run-v1.4", run)
+    table = pq.read_table(run / "results.parquet")
+    table = table.filter(pc.invert(table.column("warmup")))
+    pieces = []
+    for k in range(loops):
+        piece = table
+        changes = {"loop": pa.array([k] * table.num_rows, pa.int32()),
+                   "sent_offset_ns": pc.add(table.column("sent_offset_ns"), k * 3 * S)}  # fmt: skip
+        if k == 0:
+            for name in ("ttft_ns", "e2e_ns"):
+                changes[name] = pc.multiply(table.column(name), 20)
+        for name, values in changes.items():
+            at = piece.schema.get_field_index(name)
+            piece = piece.set_column(at, piece.schema.field(at), values.cast(piece.schema.field(at).type))
+        pieces.append(piece)
+    pq.write_table(pa.concat_tables(pieces), run / "results.parquet")
+    return run
+
+
+def test_a_cold_start_that_dominates_the_tail_gets_a_note_that_suggests_a_warmup(tmp_path):
+    section = cold_start(load_side(_slow_start_run(tmp_path), "run"))
+    assert section["source"] == "first_requests" and section["requests"] == 16  # 5% of a 60 s run: 3 s
+    tail = section["tails"]["e2e"]
+    assert tail["cold_above"] == tail["above"] >= 2 and tail["over_representation"] == 20.0
+    assert "dominates the TTFT p99 and E2E p99 tail" in section["note"] and "--warmup" in section["note"]
