@@ -95,19 +95,25 @@ def _load_trace(root: Path, label: str) -> Side:
 
 
 def shift_latencies(side: Side, offset_ns: int) -> Side:
-    """Subtract a measured network difference from TTFT, TTFB and E2E; BadInput when that would make
-    any of them negative (the offset is then larger than the difference it stands for)."""
+    """Subtract a measured network difference from TTFT, TTFB and E2E (warm-up rows too); BadInput when
+    that would make any of them negative (the offset is then larger than the difference it stands for)."""
     if offset_ns == 0:
         return side
-    table = side.table
+    warmup = side.warmup
+    if warmup is not None and warmup.num_rows:
+        warmup = _shifted(warmup, offset_ns, side.label)
+    return dataclasses.replace(side, table=_shifted(side.table, offset_ns, side.label), warmup=warmup)
+
+
+def _shifted(table: pa.Table, offset_ns: int, label: str) -> pa.Table:
     for name in LATENCY_COLUMNS:
         if name in table.column_names:
             smallest = pc.min(table.column(name)).as_py()
             if smallest is not None and smallest - offset_ns < 0:
                 raise BadInput(
-                    f"--offset-ttft {format_duration(offset_ns)}: larger than the {side.label}'s smallest {name[:-3]}"
+                    f"--offset-ttft {format_duration(offset_ns)}: larger than the {label}'s smallest {name[:-3]}"
                     f" ({smallest / 1e6:.3f} ms); it would make latencies negative"
                 )
             shifted = pc.subtract(table.column(name), offset_ns)
             table = table.set_column(table.schema.get_field_index(name), name, pc.cast(shifted, pa.int64()))
-    return dataclasses.replace(side, table=table)
+    return table
