@@ -25,7 +25,7 @@ class RequestColumns:
     """Column arrays, one entry per row of the side (NaN where a value is unknown)."""
 
     key: np.ndarray  # join key: trace request id (replay copies share it)
-    original: np.ndarray  # False for --scale copies
+    original: np.ndarray  # False for --scale copies and for --soak loops after the first
     sent: np.ndarray
     success: np.ndarray
     counted: np.ndarray  # sent and not ended by the client: the base of the error rate
@@ -81,7 +81,7 @@ def build_requests(side: Side) -> RequestColumns:
     nan = np.full(table.num_rows, np.nan)
     return RequestColumns(
         key=_objects(table, side.join_key),
-        original=(_floats(table.column("copy_index")) == 0)
+        original=((_floats(table.column("copy_index")) == 0) & (_floats(table.column("loop")) == 0))
         if is_run
         else np.ones(table.num_rows, dtype=bool),
         sent=sent,
