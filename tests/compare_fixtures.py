@@ -147,6 +147,8 @@ def write_run(
         "recorded_model": a["model"].tolist(),
         "warmup": [False] * n,
         "loop": [0] * n,
+        "host": [None] * n,
+        "shard": [None] * n,
     }
     table = pa.table(columns, schema=RESULT_SCHEMA)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -221,6 +223,8 @@ def write_trace_file(path: Path, shape: Shape, ttft_ns: np.ndarray, tpot_ns: np.
         "ttfo_ns": timing["ttft_ns"].tolist(),  # no reasoning: TTFO is TTFT
         "reasoning_tokens": [0] * n,
         "reasoning_ns": [0] * n,
+        "cache_write_tokens": [None] * n,
+        "server_state": [None] * n,
     }
     from llmreplay.trace_arrow import trace_schema
 

@@ -90,4 +90,4 @@ def test_a_bad_shard_is_one_line(text):
 
 
 def test_a_shard_parses():
-    assert parse_shard("3/4") == (3, 4)
+    assert parse_shard("3/4", "--shard") == (3, 4)
