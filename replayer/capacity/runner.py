@@ -17,7 +17,7 @@ from replayer.capacity.document import FORMAT, FORMAT_VERSION, read_capacity, re
 from replayer.capacity.search import SUSTAIN, SearchSettings, search
 from replayer.capacity.step import StepPlan, StepResult, run_step
 from replayer.capacity.terminal import progress_line
-from replayer.capacity.window import Window, busiest_stretch, copy_jitter_for, peak_minute, warmup_before
+from replayer.capacity.window import Window, busiest_stretch, peak_minute, warmup_before
 
 CLIENT_ADVICE = (
     "the replay client could not keep the schedule, so this is the client's limit, not the server's: "
@@ -51,7 +51,6 @@ def run_capacity(config: CapacityConfig, console=None, clock=time.monotonic) -> 
     warmup_start, warmup_requests = warmup_before(offsets, window, config.step_warmup_ns)
     sustain_end = min(int(offsets.max()) + 1, window.start_ns + config.sustain_or_default_ns)
     peak = peak_minute(offsets, tokens)
-    jitter_ns = copy_jitter_for(offsets, window)
     out_dir.mkdir(parents=True, exist_ok=True)
     started = clock()
     steps: list[dict] = []
@@ -80,7 +79,7 @@ def run_capacity(config: CapacityConfig, console=None, clock=time.monotonic) -> 
 
     def one_step(factor: float, kind: str) -> StepResult:
         end = max(sustain_end, window.end_ns) if kind == SUSTAIN else window.end_ns
-        plan = StepPlan(len(steps), factor, kind, warmup_start, window.start_ns, end, jitter_ns)
+        plan = StepPlan(len(steps), factor, kind, warmup_start, window.start_ns, end)
         result = run_step(plan, config.replay, config.by, out_dir, analysis, console)
         steps.append(result.row)
         if console is not None and not config.replay.quiet:

@@ -31,7 +31,6 @@ class StepPlan:
     warmup_start_ns: int
     window_start_ns: int
     window_end_ns: int
-    copy_jitter_ns: int  # bound of the seeded shift of --by scale copies (the window's own gap)
 
     @property
     def dir_name(self) -> str:
@@ -81,7 +80,6 @@ def step_config(template: ReplayConfig, plan: StepPlan, by: str, run_dir: Path) 
         from_offset_ns=plan.window_start_ns,
         to_offset_ns=plan.window_end_ns,
         warmup_ns=plan.window_start_ns - plan.warmup_start_ns,
-        copy_jitter_ns=plan.copy_jitter_ns,
         **({"speed": plan.factor} if by == BY_SPEED else {"scale": plan.factor}),
     )
     return dataclasses.replace(template, run_dir=str(run_dir), schedule=schedule)

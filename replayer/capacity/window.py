@@ -78,13 +78,3 @@ def peak_minute(offsets_ns: np.ndarray, output_tokens: np.ndarray) -> Peak:
         float(counts[best]) / seconds,
         float(cumulative[ends[best]] - cumulative[best]) / seconds,
     )
-
-
-def copy_jitter_for(offsets_ns: np.ndarray, window: Window) -> int:
-    """Bound of the seeded shift of --by scale copies: the window's median inter-arrival gap, so the
-    copies fill the trace's own gaps rather than piling into bursts a wider shift would make random."""
-    offsets = np.sort(np.asarray(offsets_ns, dtype=np.int64))
-    inside = offsets[(offsets >= window.start_ns) & (offsets < window.end_ns)]
-    if inside.size < 2:
-        return 0
-    return int(np.median(np.diff(inside)))
