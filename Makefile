@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	@test -n "$(PYTHON312)" || { echo "error: Python 3.12 not found (tried python3.12 and pyenv versions)"; exit 2; }
 	test -x $(PY) || $(PYTHON312) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,ray]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -42,7 +42,32 @@ def replay(trace, as_json, **values):
     values["quiet"] = values["quiet"] or as_json
     config = options.build(ReplayConfig, values, trace_path=trace)
     check_output_dir(config.run_dir, "-o")
+    if config.multihost.ray_address is not None:
+        _run_on_ray(config, as_json)
     _run(config, as_json)
+
+
+def _run_on_ray(config, as_json: bool) -> None:
+    """--ray: the same replay, one shard a Ray node, merged here (replayer.launch.ray_launcher)."""
+    import json
+    import sys
+
+    from rich.console import Console
+
+    from replayer.launch.ray_launcher import replay_on_ray
+    from replayer.results.summary import print_verdict
+
+    if "replay" not in sys.argv:
+        raise BadInput("--ray: run it as `llmreplay replay ... --ray ADDRESS` (the shards get its arguments)")
+    argv = sys.argv[sys.argv.index("replay") + 1 :]
+    console = Console(stderr=True)
+    exit_code, out = replay_on_ray(config, argv, console)
+    summary = json.loads((out / "run.json").read_text())["summary"]
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    print_verdict(summary, console if as_json else Console())
+    click.echo(f"merged run of {config.multihost.shards} Ray nodes written to {out}")
+    raise SystemExit(exit_code)
 
 
 def _run(config, as_json: bool) -> None:
