@@ -122,3 +122,22 @@ def test_a_throttled_client_is_client_bound_and_a_rerun_that_keeps_up_runs_it_ag
     assert again.returncode == 0, again.stderr[-2000:]
     assert redo["steps"][0]["verdict"] == "pass" and not redo["steps"][0]["reused"]
     assert redo["stop_reason"] == "max_steps"
+
+
+@pytest.mark.e2e
+def test_one_progress_line_per_finished_step_and_none_under_quiet(tmp_path, sim):
+    trace = even_trace(tmp_path / "trace.parquet")
+    flags = [f for f in STEP_FLAGS if f != "--json"] + ["--by", "speed", "--max-steps", "2"]
+    done = run_capacity(trace, sim, tmp_path / "cap", *flags)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("step ")]
+    assert len(lines) == 2 and lines[0].startswith("step 0 search x1: offered 10.00 achieved")
+    assert (
+        "goodput" in lines[1] and lines[1].startswith("step 1 search x2:") and "s" in lines[1].split(", ")[-1]
+    )
+    assert "SLO limit: x" in done.stdout
+    quiet = run_capacity(trace, sim, tmp_path / "cap", *flags, "--quiet")
+    assert quiet.returncode == 0 and not [
+        line for line in quiet.stderr.splitlines() if line.startswith("step ")
+    ]
+    assert quiet.stdout.startswith("PASS")
