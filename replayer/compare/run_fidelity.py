@@ -27,6 +27,7 @@ FACT_COLUMNS = (
     "recorded_prompt_tokens",
     "completion_tokens",
     "recorded_completion_tokens",
+    "host",
 )
 
 
@@ -43,6 +44,7 @@ class RunFacts:
     recorded_completion_tokens: np.ndarray
     never_attempted: int = 0  # planned but without a row: stopped before its time, or its worker lost
     stop_reason: str | None = None  # run.json's: "completed", "interrupted"; None when unknown
+    host: np.ndarray | None = None  # a merged multi-host run's host of each row (None: one host)
 
     @property
     def planned(self) -> int:
@@ -66,7 +68,15 @@ def run_facts(table: pa.Table, never_attempted: int = 0, stop_reason: str | None
         recorded_completion_tokens=_floats(table, "recorded_completion_tokens"),
         never_attempted=max(0, int(never_attempted)),
         stop_reason=stop_reason,
+        host=_hosts(table),
     )
+
+
+def _hosts(table: pa.Table) -> np.ndarray | None:
+    """Each row's host in a merged multi-host run; None for a run of one host."""
+    if "host" not in table.column_names or table.column("host").null_count == table.num_rows:
+        return None
+    return np.asarray(table.column("host").to_pylist(), dtype=object)
 
 
 def completeness(run_json: dict) -> tuple[int, str | None]:
@@ -84,17 +94,13 @@ def run_checks(label: str, facts: RunFacts, limits: FidelityLimits) -> list[dict
     """Completed, everything sent, on time, with the recorded input and output lengths; each check
     names its `side` (`label`)."""
     checks = [_completed_check(label, facts), _unsent_check(label, facts, limits)]
-    lag_ms = facts.dispatch_lag_ns[facts.sent & np.isfinite(facts.dispatch_lag_ns)] / 1e6
-    if lag_ms.size:
-        p50, p99, worst = np.percentile(lag_ms, [50, 99, 100])
-        limit_ms = limits.max_dispatch_lag_p99_ns / 1e6
-        checks.append(
-            {
-                **check_row(f"{label}: dispatch lag p99 (ms)", p99 <= limit_ms, p99, limit_ms),
-                "detail": f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {worst:.2f} ms",
-                "summary": f"dispatch lag p99 {p99:.2f} ms > {limit_ms:g} ms (--max-dispatch-lag)",
-            }
-        )
+    timed = facts.sent & np.isfinite(facts.dispatch_lag_ns)
+    checks += _lag_checks(label, "", facts.dispatch_lag_ns[timed], limits)
+    if facts.host is not None:  # one client-bound host makes the merged run client-bound
+        for host in sorted({h for h in facts.host.tolist() if h is not None}):
+            checks += _lag_checks(
+                label, f"host {host} ", facts.dispatch_lag_ns[timed & (facts.host == host)], limits
+            )
     for name, measured, recorded, limit in (
         ("input tokens", facts.prompt_tokens, facts.recorded_prompt_tokens, limits.max_input_token_error_p90),
         (
@@ -106,6 +112,21 @@ def run_checks(label: str, facts: RunFacts, limits: FidelityLimits) -> list[dict
     ):
         checks.append(_token_check(label, name, facts.success, measured, recorded, limit))
     return [{**c, "side": label} for c in checks]
+
+
+def _lag_checks(label: str, who: str, lag_ns: np.ndarray, limits: FidelityLimits) -> list[dict]:
+    """The dispatch-lag p99 check of the rows given (none when there are none)."""
+    if not lag_ns.size:
+        return []
+    p50, p99, worst = np.percentile(lag_ns / 1e6, [50, 99, 100])
+    limit_ms = limits.max_dispatch_lag_p99_ns / 1e6
+    return [
+        {
+            **check_row(f"{label}: {who}dispatch lag p99 (ms)", p99 <= limit_ms, p99, limit_ms),
+            "detail": f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {worst:.2f} ms",
+            "summary": f"{who}dispatch lag p99 {p99:.2f} ms > {limit_ms:g} ms (--max-dispatch-lag)",
+        }
+    ]
 
 
 def _completed_check(label: str, facts: RunFacts) -> dict:
