@@ -32,6 +32,7 @@ SUBCOMMANDS = {
     "barrier": "replayer.launch.cli:barrier",
     "k8s-job": "replayer.launch.cli:k8s_job",
     "merge": "replayer.launch.cli:merge",
+    "plan": "replayer.launch.cli:plan",
 }
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import click
 
 from llmreplay import options
 from llmreplay.errors import BadInput
 from llmreplay.options import duration, option, positive
+from replayer.config import ScheduleConfig
 
 NS_PER_S = 1_000_000_000
 
@@ -188,3 +189,63 @@ def merge(runs, **values):
     )
     exit_code = summary["verdict"]["exit_code"]
     raise SystemExit(exit_code or (0 if clock["within_budget"] else 1))
+
+
+@dataclass(frozen=True, slots=True)
+class PlanConfig:
+    """How `plan` splits a trace for --shards hosts (the schedule flags are replay's)."""
+
+    shards: int = option(type=int, required=True, check=positive, help="Hosts to split the sessions over.")
+    cores_per_host: int = option(
+        1,
+        type=int,
+        check=positive,
+        help="Replay cores (--workers) per host, for the ceiling each shard is held to.",
+    )
+    out: str | None = option(None, flags=("-o", "--out"), metavar="FILE", help="Write the plan as JSON here.")
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+
+
+@click.command("plan")
+@click.argument("trace", type=click.Path())
+@options.click_options(PlanConfig)
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+def plan(trace, as_json, **values):
+    """Split TRACE's sessions over --shards hosts as `replay --shard K/N` will, and show each shard's load.
+
+    Each shard's busiest second is set against one host's measured ceiling (150 req/s of long streams a core).
+    """
+    import json
+
+    from llmreplay.output_paths import write_atomic
+    from replayer.plan.host_shards import plan_shards, trace_fingerprint
+    from replayer.plan.schedule import build_schedule, schedule_input
+    from replayer.plan.trace_rows import read_trace_rows
+
+    config = options.build(PlanConfig, values)
+    rows = read_trace_rows(trace)
+    schedule = build_schedule(schedule_input(rows.table), config.schedule)
+    split = plan_shards(schedule, rows.table.column("session_id"), config.shards, config.schedule.seed)
+    document = {
+        "trace": trace,
+        "trace_fingerprint": trace_fingerprint(rows.table),
+        "seed": config.schedule.seed,
+        "planned": len(schedule),
+        **split.as_dict(cores_per_host=config.cores_per_host),
+    }
+    if config.out:
+        write_atomic(config.out, json.dumps(document, indent=2) + "\n", force=True)
+    if as_json:
+        click.echo(json.dumps(document, indent=2))
+        return
+    ceiling = document["host_ceiling_requests_per_s"]
+    click.echo(
+        f"{len(schedule):,} planned requests over {config.shards} shards (a host's ceiling {ceiling} req/s)"
+    )
+    for k in range(config.shards):
+        share = document["peak_share_of_ceiling"][k]
+        warning = "  over one host's ceiling: use more shards or --workers" if share > 1 else ""
+        click.echo(
+            f"  shard {k}/{config.shards}: {split.sessions[k]:,} sessions, {split.requests[k]:,} requests, "
+            f"busiest second {split.peak_per_s[k]} req/s ({share:.0%} of the ceiling){warning}"
+        )
