@@ -91,6 +91,13 @@ def point_lines(document: dict) -> list[str]:
             f"cost at the operating point: {_num(cost['per_million_output_tokens'])} per million output tokens, "
             f"{_num(cost['per_request'], '.5f')} per request ({cost['note']})"
         )
+    colds = [s["cold_start"] for s in document["steps"] if s["cold_start"]["requests"]]
+    if colds:
+        p50s = [c["ttft_p50_ms"] for c in colds if c["ttft_p50_ms"] is not None]
+        lines.append(
+            f"cold start (each step's warm-up, in no verdict): {colds[0]['requests']} requests at step 0, "
+            f"TTFT p50 {_num(min(p50s) if p50s else None, '.1f')}-{_num(max(p50s) if p50s else None, '.1f')} ms"
+        )
     bound = document.get("client_bound")
     if bound is not None:
         lines.append(
