@@ -38,6 +38,7 @@ def _text_pattern(channel: str) -> re.Pattern[bytes]:
 _ANSWER_TEXT = _text_pattern(ANSWER)
 _REASONING_TEXT = _text_pattern(REASONING)
 FRAMINGS_LEARNED_MAX = 4  # a server whose chunks vary outside the text (a per-chunk nonce) stops teaching
+_NUMBER_VALUE = re.compile(rb'":(\d+)[,}]')  # a key's non-negative integer value, compact JSON
 
 
 def _keys_pattern(keys) -> re.Pattern[bytes]:
@@ -85,6 +86,7 @@ class SseStream:
         "events",
         "_head",
         "_tail",
+        "_after_hole",
         "_head_reasoning",
         "_framings_learned",
         "response_id",
@@ -112,6 +114,7 @@ class SseStream:
         # the learned framing of a text chunk: b"data: {...\"content\":\"" and b"\"}...}\n\n"
         self._head: bytes | None = None
         self._tail = b""
+        self._after_hole: bytes | None = None  # the tail after its number hole; None: no hole
         self._head_reasoning = False  # the learned framing's text is reasoning
         self._framings_learned = 0
 
@@ -131,17 +134,24 @@ class SseStream:
             self._feed_cr(data, arrival_ns)
             return
         head = self._head
-        if head is not None and data.endswith(self._tail) and data.startswith(head):
-            # One text chunk in the learned framing, if the text between holds no quote: a second
-            # event glued on, or any other key, would put the tail's opening quote in there.
-            text_end = len(data) - len(self._tail)
-            if len(head) < text_end and data.find(b'"', len(head), text_end) < 0:
+        if head is not None and data.startswith(head):
+            # One text chunk in the learned framing: its text holds no quote (a second event glued on,
+            # or any other key, would put one in there), then the tail, whose number hole holds digits.
+            text_end = data.find(b'"', len(head))
+            rest, after = text_end + len(self._tail), self._after_hole
+            if (
+                text_end > len(head)
+                and data.startswith(self._tail, text_end)
+                and (
+                    len(data) == rest
+                    if after is None
+                    else data.endswith(after) and data[rest : len(data) - len(after)].isdigit()
+                )
+            ):
                 self._buffer = b""
                 self.events += 1
                 self.chunk_offsets_ns.append(arrival_ns - self.start_ns)
-                if (
-                    self._head_reasoning
-                ):  # an answer framing is learned from an answer chunk: first_answer is set
+                if self._head_reasoning:  # an answer framing is learned from an answer chunk
                     self.reasoning_chunks += 1
                 return
         events = data.split(b"\n\n")
@@ -238,12 +248,17 @@ class SseStream:
             self._buffer += b"\r"
 
     def _learn_framing(self, event: bytes, text_start: int, reasoning: bool) -> None:
-        """Remember the bytes around this plain text chunk's text (which starts at `text_start`)."""
+        """Remember the bytes around this plain text chunk's text (which starts at `text_start`),
+        with a hole at the tail's last number: Responses' sequence_number changes every event."""
         self._framings_learned += 1
         text_end = _string_end(event, text_start)
         if text_end > text_start:
+            tail = event[text_end:] + b"\n\n"
+            numbers = [number.span(1) for number in _NUMBER_VALUE.finditer(tail)]
+            hole_start, hole_end = numbers[-1] if numbers else (len(tail), None)
             self._head = event[:text_start]
-            self._tail = event[text_end:] + b"\n\n"
+            self._tail = tail[:hole_start]
+            self._after_hole = None if hole_end is None else tail[hole_end:]
             self._head_reasoning = reasoning
 
     def finish(self, end_ns: int | None = None) -> None:
