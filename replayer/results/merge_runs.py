@@ -94,6 +94,10 @@ def clock_section(runs: list[ShardRunInput], merged: pa.Table, budget_ns: int | 
         offsets = [r.get("offset") for r in readings if isinstance(r.get("offset"), dict)]
         bound = max((int(o["bound_ns"]) for o in offsets), default=None)
         kernel = next((r.get("kernel") for r in readings if r.get("kernel")), None)
+        if (
+            bound is None and kernel and kernel.get("synchronized")
+        ):  # no barrier: the kernel's bound on true time
+            bound = int(kernel["maxerror_us"]) * 1000
         hosts.append(
             {
                 "shard": run.shard,
@@ -117,7 +121,10 @@ def clock_section(runs: list[ShardRunInput], merged: pa.Table, budget_ns: int | 
         "cross_host_bound_ns": cross,
         "budget_ns": budget,
         "within_budget": within,
-        "note": None if measured else "a host's clock offset was not measured (no --start-barrier)",
+        "note": None
+        if measured
+        else "a host's clock error is unknown: no --start-barrier to measure it against, and no time daemon "
+        "synchronizing its kernel clock",
     }
 
 
