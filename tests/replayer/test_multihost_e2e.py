@@ -171,7 +171,7 @@ def test_start_at_starts_every_shard_at_the_given_instant(tmp_path, shared_sim):
             "--shard",
             f"{k}/2",
             "--start-at",
-            f"{start:.3f}",
+            start,
             *LOOSE_LAG,
         )
         for k in range(2)
