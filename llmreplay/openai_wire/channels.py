@@ -6,6 +6,8 @@ tool-call delta). Adding a delta key or a Responses event type is adding a row.
 
 from __future__ import annotations
 
+from llmreplay.openai_wire.json_array import array_items
+
 ANSWER, REASONING = "answer", "reasoning"
 
 # Keys of a chat delta (or of a completions choice, which has no delta) whose non-empty string is
@@ -74,7 +76,7 @@ def delta_channel(delta: dict) -> str | None:
 def event_channel(event: dict) -> str | None:
     """The channel of a whole chunk: ANSWER if any choice answers, else REASONING if any reasons."""
     found = None
-    for choice in event.get("choices") or ():
+    for choice in array_items(event.get("choices")):
         if isinstance(choice, dict):
             channel = delta_channel(choice_delta(choice))
             if channel == ANSWER:

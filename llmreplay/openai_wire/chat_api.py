@@ -6,6 +6,7 @@ from __future__ import annotations
 from llmreplay.openai_wire.answer import Answer
 from llmreplay.openai_wire.channels import REASONING, TEXT_CHANNELS
 from llmreplay.openai_wire.channels import event_channel as chunk_channel
+from llmreplay.openai_wire.json_array import array_items
 from llmreplay.openai_wire.message_text import PromptMessage, content_text, message_text
 from llmreplay.openai_wire.usage import parse_usage
 
@@ -73,12 +74,12 @@ def response_id(data: dict) -> str | None:
 
 def answer(data: dict) -> Answer:
     """choices[0]'s message (chat) or text (completions)."""
-    choices = data.get("choices") or []
+    choices = array_items(data.get("choices"))
     first = choices[0] if choices and isinstance(choices[0], dict) else {}
     message = first.get("message") if isinstance(first.get("message"), dict) else {}
     text = content_text(message.get("content")) if message else first.get("text") or ""
     reasoning = next((message[k] for k in _REASONING_KEYS if isinstance(message.get(k), str)), "")
-    calls = tuple(c for c in message.get("tool_calls") or () if isinstance(c, dict))
+    calls = tuple(c for c in array_items(message.get("tool_calls")) if isinstance(c, dict))
     finish = first.get("finish_reason")
     return Answer(
         text if isinstance(text, str) else "",

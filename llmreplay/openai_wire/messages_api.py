@@ -9,8 +9,9 @@ import orjson
 from llmreplay.openai_wire.answer import Answer
 from llmreplay.openai_wire.channels import MESSAGES_BLOCK_CHANNELS, MESSAGES_DELTA_CHANNELS
 from llmreplay.openai_wire.error_object import error_text
+from llmreplay.openai_wire.json_array import array_items
 from llmreplay.openai_wire.message_text import PromptMessage
-from llmreplay.openai_wire.stream_event import NO_FACTS, EventFacts
+from llmreplay.openai_wire.stream_event import NO_FACTS, EventFacts, event_type
 from llmreplay.openai_wire.usage import parse_usage
 
 # stop_reason -> the chat finish reason (pause_turn and refusal keep their names)
@@ -38,7 +39,7 @@ def request_messages(body: dict) -> tuple[PromptMessage, ...]:
     system = blocks_text(body.get("system"))
     if system:
         messages.append(PromptMessage("system", system))
-    for message in body.get("messages") or ():
+    for message in array_items(body.get("messages")):
         if isinstance(message, dict):
             role = message.get("role") if isinstance(message.get("role"), str) else "unknown"
             messages.append(PromptMessage(role, blocks_text(message.get("content"))))
@@ -125,7 +126,7 @@ def server_state(body: dict) -> tuple[None, None]:
 
 def event_channel(event_name: str | None, data: dict) -> str | None:
     """The channel a stream event's generated tokens go to (llmreplay.openai_wire.channels); None: none."""
-    kind = data.get("type") or event_name
+    kind = event_type(event_name, data)
     if kind == BLOCK_DELTA:
         part, table = data.get("delta"), MESSAGES_DELTA_CHANNELS
     elif kind == BLOCK_START:
@@ -159,7 +160,7 @@ def finish_reason(stop_reason) -> str | None:
 def output_texts(message: dict) -> tuple[str, str, tuple[dict, ...]]:
     """(answer text, thinking text, tool calls in chat's shape) of a message's `content` blocks."""
     texts, thoughts, calls = [], [], []
-    for block in message.get("content") or ():
+    for block in array_items(message.get("content")):
         if not isinstance(block, dict):
             continue
         kind = block.get("type")

@@ -13,6 +13,7 @@ from llmreplay.openai_wire import messages_api, responses_api
 from llmreplay.openai_wire.channels import ANSWER, REASONING, TEXT_CHANNELS, choice_delta, delta_channel
 from llmreplay.openai_wire.dialects import dialect_for, typed_dialect
 from llmreplay.openai_wire.error_object import error_object_kind
+from llmreplay.openai_wire.json_array import array_items
 from llmreplay.openai_wire.usage import Usage, merge_usage, parse_usage
 
 _ANSWER_TEXT_KEYS = tuple(key for key, channel in TEXT_CHANNELS.items() if channel == ANSWER)
@@ -111,7 +112,7 @@ def _usage_fields(usage: Usage) -> dict:
 
 def _apply_event(state: _StreamState, event: dict) -> str | None:
     """Fold one event into the state; the channel its generated tokens went to (None: none)."""
-    choices = event.get("choices")
+    choices = array_items(event.get("choices"))
     kind = event.get("type")
     dialect = typed_dialect(kind) if isinstance(kind, str) and not choices else None
     if dialect is not None:
@@ -147,7 +148,7 @@ def _keep_text(state: _StreamState, delta: dict) -> None:
     for key in _REASONING_TEXT_KEYS:
         if isinstance(delta.get(key), str):
             state.thoughts.append(delta[key])
-    for call in delta.get("tool_calls") or ():
+    for call in array_items(delta.get("tool_calls")):
         if isinstance(call, dict):
             _merge_tool_call(state.calls, call)
 

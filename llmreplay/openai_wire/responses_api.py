@@ -11,8 +11,9 @@ from llmreplay.openai_wire.channels import (
     RESPONSES_ITEM_CHANNELS,
 )
 from llmreplay.openai_wire.error_object import error_text
+from llmreplay.openai_wire.json_array import array_items
 from llmreplay.openai_wire.message_text import PromptMessage, content_text
-from llmreplay.openai_wire.stream_event import NO_FACTS, EventFacts
+from llmreplay.openai_wire.stream_event import NO_FACTS, EventFacts, event_type
 from llmreplay.openai_wire.usage import parse_usage
 
 # The replayer sends this as `previous_response_id` in a chained turn; the replay loop puts in its
@@ -123,7 +124,7 @@ def server_state(body: dict) -> tuple[str | None, str | None]:
 
 def event_channel(event_name: str | None, data: dict) -> str | None:
     """The channel a stream event's generated tokens go to (llmreplay.openai_wire.channels); None: none."""
-    kind = data.get("type") or event_name
+    kind = event_type(event_name, data)
     channel = RESPONSES_DELTA_CHANNELS.get(kind)
     if channel is not None:
         delta = data.get("delta")
@@ -153,7 +154,7 @@ def finish_reason(response: dict) -> str | None:
     None for a failed (or unfinished) response."""
     status = response.get("status")
     if status == "completed":
-        calls = any(_is_call(item) for item in response.get("output") or ())
+        calls = any(_is_call(item) for item in array_items(response.get("output")))
         return "tool_calls" if calls else "stop"
     if status == "incomplete":
         details = response.get("incomplete_details")
@@ -165,7 +166,7 @@ def finish_reason(response: dict) -> str | None:
 def output_texts(response: dict) -> tuple[str, str, tuple[dict, ...]]:
     """(answer text, reasoning text, tool calls in chat's shape) of a response object's `output`."""
     texts, thoughts, calls = [], [], []
-    for item in response.get("output") or ():
+    for item in array_items(response.get("output")):
         if not isinstance(item, dict):
             continue
         kind = item.get("type")

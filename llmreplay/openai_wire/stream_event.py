@@ -17,3 +17,9 @@ class EventFacts:
 
 
 NO_FACTS = EventFacts()
+
+
+def event_type(event_name: str | None, data: dict) -> str | None:
+    """A typed event's type: its data's `type` when that is a string, else its `event:` line's name."""
+    kind = data.get("type")
+    return kind if isinstance(kind, str) and kind else event_name

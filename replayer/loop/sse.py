@@ -20,6 +20,7 @@ from llmreplay.openai_wire.channels import (
 )
 from llmreplay.openai_wire.dialects import DIALECTS, Dialect
 from llmreplay.openai_wire.error_object import error_object_kind, error_text
+from llmreplay.openai_wire.json_array import array_items
 from llmreplay.openai_wire.usage import merge_usage
 
 # A key outside a JSON string always starts with an unescaped quote, so these byte patterns cannot
@@ -334,12 +335,12 @@ class SseStream:
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
-        for choice in obj.get("choices") or ():
+        for choice in array_items(obj.get("choices")):
             if not isinstance(choice, dict):
                 continue
             if choice.get("finish_reason"):
                 self.finish_reason = str(choice["finish_reason"])
-            for call in choice_delta(choice).get("tool_calls") or ():
+            for call in array_items(choice_delta(choice).get("tool_calls")):
                 if isinstance(call, dict):
                     self.tool_call_ids.add((choice.get("index", 0), call.get("index", call.get("id"))))
         channel = event_channel(obj)
