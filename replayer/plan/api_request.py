@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import orjson
+
+from llmreplay.errors import BadInput
 from llmreplay.trace_format import TraceRecord
 from replayer.plan.api_bodies import ApiBody, chat_view, tagged
 from replayer.plan.prompt_synthesis import BlockSpeller
@@ -15,9 +18,18 @@ TOOL_FRAME_TOKENS = 20  # ~tokens of JSON around a synthesized tool's descriptio
 TOOL_PARAMETERS = {"type": "object", "properties": {"input": {"type": "string"}}}
 
 
-def _loads(record: TraceRecord, column: str, kind) -> object:
-    from replayer.plan.request_builder import load_column
+def load_column(record: TraceRecord, column: str, text: str, kind) -> object:
+    """A content column's JSON value, checked to be of `kind`; BadInput naming the row and column."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise BadInput(f"request {record.request_id}: column '{column}' is not valid JSON") from None
+    if not isinstance(value, kind):
+        raise BadInput(f"request {record.request_id}: column '{column}' has the wrong JSON type")
+    return value
 
+
+def _loads(record: TraceRecord, column: str, kind) -> object:
     return load_column(record, column, getattr(record, column), kind)
 
 

@@ -17,6 +17,7 @@ from llmreplay.errors import BadInput
 from llmreplay.openai_wire.endpoints import REPLAY_PATHS
 from llmreplay.trace_format import SAMPLING_COLUMNS, TraceRecord
 from replayer.plan.api_bodies import API_BODIES, chat_view, tagged
+from replayer.plan.api_request import load_column
 from replayer.plan.arrays import PlannedRequest
 from replayer.plan.phases import prompt_copy
 from replayer.plan.prompt_fit import PromptFitter
@@ -213,7 +214,10 @@ def _api_prompt(row, record, content, fitter, sending, history, chain_mode=True)
 
     def layout(turn) -> tuple:
         chained = chain_mode and turn.server_state == PREVIOUS_RESPONSE
-        return ((turn.endpoint, *(("chained",) if chained else ()), *(m.role for m in turn.messages)), turn.tools_count)
+        return (
+            (turn.endpoint, *(("chained",) if chained else ()), *(m.role for m in turn.messages)),
+            turn.tools_count,
+        )
 
     def sent_correction(turn) -> int:
         return fitter.stats.corrections.get(layout(turn), 0) if fitter is not None else 0
@@ -374,14 +378,3 @@ def _check_synthesized_size(record: TraceRecord) -> None:
                 f"request {record.request_id}: {name} of {tokens:,} tokens cannot be replayed "
                 f"(at most {MAX_PROMPT_TOKENS:,}: no engine takes more, and its body would not fit in memory)"
             )
-
-
-def load_column(record: TraceRecord, column: str, text: str, kind) -> object:
-    """A content column's JSON value, checked to be of `kind`; BadInput naming the row and column."""
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        raise BadInput(f"request {record.request_id}: column '{column}' is not valid JSON") from None
-    if not isinstance(value, kind):
-        raise BadInput(f"request {record.request_id}: column '{column}' has the wrong JSON type")
-    return value
