@@ -20,6 +20,7 @@ from llmreplay.openai_wire.response import (
     summarize_json,
     summarize_stream,
 )
+from llmreplay.openai_wire.stream_end import missing_end
 from llmreplay.openai_wire.stream_timing import StreamTiming, stream_timing
 from llmreplay.prefix_hash import prefix_block_hashes
 from llmreplay.sse import SSESplitter
@@ -293,7 +294,7 @@ def classify_error(cap: Capture, request: RequestShape, response: ResponseShape 
     if _is_sse(cap):
         if response.invalid_events and not response.token_event_ns:
             return "invalid_response"
-        if not response.done_seen and response.finish_reason is None:
+        if missing_end(response.done_seen, response.finish_reason) is not None:
             return "stream_truncated"
     elif response.invalid_events:
         return "invalid_response"

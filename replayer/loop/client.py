@@ -419,9 +419,8 @@ def _finish_stream(sse: SseStream, outcome: Outcome, raw: list[bytes]) -> None:
         outcome.fail("stream_error", sse.error)
     elif sse.invalid is not None:
         outcome.fail("invalid_response", sse.invalid)
-    elif not sse.done or sse.finish_reason is None:
-        missing = "[DONE]" if not sse.done else "a finish reason"
-        outcome.fail("stream_truncated", f"stream ended without {missing}")
+    elif sse.missing_end() is not None:
+        outcome.fail("stream_truncated", f"stream ended without {sse.missing_end()}")
 
 
 def _read_whole(

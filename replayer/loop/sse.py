@@ -21,6 +21,7 @@ from llmreplay.openai_wire.channels import (
 from llmreplay.openai_wire.dialects import DIALECTS, Dialect
 from llmreplay.openai_wire.error_object import error_object_kind, error_text
 from llmreplay.openai_wire.json_array import array_items
+from llmreplay.openai_wire.stream_end import missing_end
 from llmreplay.openai_wire.usage import merge_usage
 
 # A key outside a JSON string always starts with an unescaped quote, so these byte patterns cannot
@@ -261,6 +262,10 @@ class SseStream:
             self._tail = tail[:hole_start]
             self._after_hole = None if hole_end is None else tail[hole_end:]
             self._head_reasoning = reasoning
+
+    def missing_end(self) -> str | None:
+        """What the ended stream lacks to be whole (its end event, a finish reason); None: nothing."""
+        return missing_end(self.done, self.finish_reason, self._dialect.end_events)
 
     def finish(self, end_ns: int | None = None) -> None:
         """End of body: an unterminated last event still counts (some servers omit the blank line),

@@ -2,7 +2,8 @@
 reasoning share, token counts and error kind, however the bytes are split into reads.
 
 The corpus is tests/data/sse: a `.sse` file is a response body as sent (adding a stream is adding a
-file); an optional first SSE comment `: expect {...}` states what its chunks must add up to. A
+file); an optional first SSE comment `: expect {...}` states what its chunks must add up to (and
+`"error"` / `"truncated"`: true when it must read as a stream error / a stream cut short). A
 `.json` file is a whole (non-streamed) 200 body. A file named `responses_*` or `messages_*` is in
 that dialect's grammar (the Responses / Anthropic Messages API); any other is chat's.
 """
@@ -101,6 +102,7 @@ def test_one_read_per_event_meets_the_expectation(path):
     assert timing.reasoning_tokens == expect["reasoning_tokens"]
     assert counts[1] == expect["completion_tokens"]
     assert (kind == "stream_error") == expect.get("error", False)
+    assert (kind == "stream_truncated") == expect.get("truncated", False)
 
 
 @pytest.mark.parametrize("path", STREAMS, ids=[p.name for p in STREAMS])
