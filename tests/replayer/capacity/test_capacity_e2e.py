@@ -60,21 +60,12 @@ def test_the_knee_and_the_tpot_limit_are_found_within_ten_percent(tmp_path, prof
 
 @pytest.mark.e2e
 def test_without_an_slo_the_knee_is_the_saturation_within_ten_percent(tmp_path, profile, sim):
+    """An 8 s window: at x2 (--by speed) its 4 s on the run's clock show a 5% overload as a growing queue,
+    where 2.5 s hold too few requests to tell it from noise."""
     saturation_rps, _ = known(profile, TPOT_SLO_MS / 1e3)
     trace = even_trace(tmp_path / "trace.parquet")
-    done = capacity(
-        trace,
-        sim,
-        tmp_path / "cap",
-        "--by",
-        "speed",
-        "--precision",
-        "0.1",
-        "--sustain",
-        "6s",
-        "--max-steps",
-        "14",
-    )
+    flags = ("--window", "8s", "--by", "speed", "--precision", "0.1", "--sustain", "8s", "--max-steps", "14")
+    done = capacity(trace, sim, tmp_path / "cap", *flags)
     assert done.returncode == 0, done.stderr[-2000:]
     doc = json.loads(done.stdout)
     assert len(doc["steps"]) <= 14
@@ -84,8 +75,8 @@ def test_without_an_slo_the_knee_is_the_saturation_within_ten_percent(tmp_path, 
     assert knee["requests_per_s"] == pytest.approx(saturation_rps, rel=0.10)
     # with no SLO the limit is the largest factor the server kept up with: the saturation too
     assert doc["slo_limit"]["offered_requests_per_s"] == pytest.approx(saturation_rps, rel=0.10)
-    past = [s for s in doc["steps"] if s["factor"] * TRACE_RPS > 1.2 * saturation_rps]
-    assert past and not any(s["kept_up"] for s in past)
+    over = [s for s in doc["steps"] if s["factor"] * TRACE_RPS > 1.1 * saturation_rps]
+    assert any(not s["kept_up"] for s in doc["steps"]) and not any(s["kept_up"] for s in over)
 
 
 @pytest.mark.e2e
