@@ -12,7 +12,7 @@ from llmreplay.openai_wire.channels import (
 )
 from llmreplay.openai_wire.error_object import error_text
 from llmreplay.openai_wire.json_array import array_items
-from llmreplay.openai_wire.message_text import PromptMessage, content_text
+from llmreplay.openai_wire.message_text import PromptMessage, content_text, text_parts
 from llmreplay.openai_wire.stream_event import NO_FACTS, EventFacts, event_type
 from llmreplay.openai_wire.usage import parse_usage
 
@@ -27,14 +27,16 @@ ID_EVENTS = ("response.created", *END_EVENTS)  # carry `response.id`
 FAILED_EVENTS = ("response.failed", "error")
 # `incomplete_details.reason` -> the chat finish reason
 INCOMPLETE_REASONS = {"max_output_tokens": "length", "content_filter": "content_filter"}
+_CALL_ITEMS = ("function_call", "custom_tool_call")
+_ITEM_TYPES = ("message", "reasoning", *_CALL_ITEMS, "function_call_output", "custom_tool_call_output")
 
 
 def request_messages(body: dict) -> tuple[PromptMessage, ...]:
-    """`instructions` first, then every text-bearing input item in order (a string input is one user
-    message); images and item references count nothing."""
+    """`instructions` first (instructions_item), then every text-bearing input item in order (a string
+    input is one user message); images and item references count nothing."""
     messages = []
-    if isinstance(body.get("instructions"), str):
-        messages.append(PromptMessage("system", body["instructions"]))
+    if body.get("instructions") is not None:
+        messages.append(item_message(instructions_item(body["instructions"])))
     items = body.get("input")
     if isinstance(items, str):
         return (*messages, PromptMessage("user", items))
@@ -45,12 +47,19 @@ def request_messages(body: dict) -> tuple[PromptMessage, ...]:
     return tuple(messages)
 
 
-def item_message(item) -> PromptMessage | None:
-    """An input or output item as a prompt message; None for one that holds no text (item_reference)."""
+def instructions_item(instructions) -> dict:
+    """`instructions` (a string, or an array of input items) as the system message item the prompt
+    starts with; the anonymizer rewrites it as this item too (anonymizer/dialect_items.py)."""
+    return {"role": "system", "content": instructions}
+
+
+def item_message(item, items_inside: bool = True) -> PromptMessage | None:
+    """An input or output item as a prompt message; None for one that holds no text (item_reference).
+    A message whose content holds input items (instructions_item) counts their texts too."""
     if not isinstance(item, dict):
         return None
     kind = item.get("type")
-    if kind in ("function_call", "custom_tool_call"):
+    if kind in _CALL_ITEMS:
         arguments = item.get("arguments") if kind == "function_call" else item.get("input")
         return PromptMessage("assistant", f"{item.get('name') or ''}{arguments or ''}")
     if kind in ("function_call_output", "custom_tool_call_output"):
@@ -62,7 +71,28 @@ def item_message(item) -> PromptMessage | None:
     if kind not in (None, "message"):
         return None
     role = item.get("role") if isinstance(item.get("role"), str) else "user"
-    return PromptMessage(role, content_text(item.get("content")))
+    return PromptMessage(role, _content_text(item.get("content"), items_inside))
+
+
+def _content_text(content, items_inside: bool) -> str:
+    """A message's content: a string, or its text parts joined by newlines, and when `items_inside`
+    (one level: an `instructions` array of input items) the text of each input item in it."""
+    if not items_inside or not isinstance(content, list):
+        return content_text(content)
+    texts = []
+    for part in content:
+        nested = item_message(part, False) if _is_item(part) else None
+        texts += [nested.text] if nested is not None else text_parts([part])
+    return "\n".join(texts)
+
+
+def _is_item(part) -> bool:
+    """An input item rather than a content part: it has a role, or an item's type (not a part's text)."""
+    return (
+        isinstance(part, dict)
+        and not isinstance(part.get("text"), str)
+        and ("role" in part or part.get("type") in _ITEM_TYPES)
+    )
 
 
 def request_tools(body: dict) -> tuple[dict, ...]:
