@@ -108,6 +108,8 @@ class ResultRow:
     # A merged multi-host run's (llmreplay merge): the host and shard that sent the row; null otherwise.
     host: str | None = column(STRING, None, since="1.4")
     shard: int | None = column(INT16, None, since="1.4")
+    # Prompt tokens written to the prefix cache (Anthropic's cache_creation_input_tokens), the trace's meaning.
+    cache_write_tokens: int | None = column(None, None, since="1.4")
 
 
 @dataclass(frozen=True, slots=True)

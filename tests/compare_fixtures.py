@@ -149,6 +149,7 @@ def write_run(
         "loop": [0] * n,
         "host": [None] * n,
         "shard": [None] * n,
+        "cache_write_tokens": [None] * n,
     }
     table = pa.table(columns, schema=RESULT_SCHEMA)
     run_dir.mkdir(parents=True, exist_ok=True)

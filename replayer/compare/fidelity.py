@@ -90,20 +90,30 @@ def cross_checks(
 def _cached_share_check(
     baseline: RequestColumns, candidate: RequestColumns, limits: FidelityLimits
 ) -> dict | None:
-    shares = []
-    for side in (baseline, candidate):
-        mask = side.success & np.isfinite(side.cached_tokens) & np.isfinite(side.prompt_tokens)
-        total = side.prompt_tokens[mask].sum()
-        shares.append(float(side.cached_tokens[mask].sum() / total) if total > 0 else None)
+    """The share of prompt tokens read from the prefix cache on each side (a warning when they
+    differ), beside the share written to it where a side reports writes (Anthropic's)."""
+    shares = [_prompt_share(side, side.cached_tokens) for side in (baseline, candidate)]
+    writes = [_prompt_share(side, side.cache_write_tokens) for side in (baseline, candidate)]
+    written = "" if writes == [None, None] else f"; cache writes {_shares(writes)}"
     if None in shares:
-        return {**check_row("cached-token share", True, None), "status": INFO, "detail": _shares(shares)}
+        row = check_row("cached-token share", True, None)
+        return {**row, "status": INFO, "detail": _shares(shares) + written}
     difference = abs(shares[1] - shares[0])
     status = OK if difference <= limits.max_cached_share_difference else WARN
     return {
         **check_row("cached-token share (difference)", True, difference, limits.max_cached_share_difference),
         "status": status,
-        "detail": _shares(shares) + " (the prefix cache belongs to the engine: a warning, not a failure)",
+        "detail": _shares(shares)
+        + written
+        + " (the prefix cache belongs to the engine: a warning, not a failure)",
     }
+
+
+def _prompt_share(side: RequestColumns, tokens: np.ndarray) -> float | None:
+    """tokens / prompt tokens over the successful requests reporting both; None when none does."""
+    mask = side.success & np.isfinite(tokens) & np.isfinite(side.prompt_tokens)
+    total = side.prompt_tokens[mask].sum()
+    return float(tokens[mask].sum() / total) if mask.any() and total > 0 else None
 
 
 def _shares(shares: list) -> str:

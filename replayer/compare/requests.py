@@ -40,6 +40,7 @@ class RequestColumns:
     completion_tokens: np.ndarray
     reasoning_tokens: np.ndarray  # of completion_tokens (trace and run format 1.2 on; NaN before)
     cached_tokens: np.ndarray
+    cache_write_tokens: np.ndarray  # Anthropic's cache writes (trace format 1.3, run format 1.4 on)
     shape_prompt_tokens: np.ndarray  # the recorded length, identical for the same request on both sides
     recorded_completion_tokens: np.ndarray
     stream: np.ndarray
@@ -100,6 +101,9 @@ def build_requests(side: Side) -> RequestColumns:
         completion_tokens=completion,
         reasoning_tokens=_floats(table.column("reasoning_tokens")),
         cached_tokens=_floats(table.column("cached_tokens")),
+        cache_write_tokens=_floats(table.column("cache_write_tokens"))
+        if "cache_write_tokens" in table.column_names
+        else nan,
         shape_prompt_tokens=np.where(np.isfinite(recorded_prompt), recorded_prompt, prompt),
         recorded_completion_tokens=recorded_completion,
         stream=_bools(table, "stream"),

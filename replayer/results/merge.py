@@ -201,6 +201,7 @@ def _measured(row: ResultRow, item: Sent, built: SentRequests, clock: RunClock, 
         row.prompt_tokens = counts.prompt_tokens
         row.completion_tokens = counts.completion_tokens
         row.cached_tokens = counts.cached_tokens
+        row.cache_write_tokens = counts.cache_write_tokens
         row.token_source = "server_usage"
     elif out.response_text_bytes is not None and count_tokens is not None:
         index = item.plan.index

@@ -80,7 +80,7 @@ def test_golden_run_reads(path):
 
 def test_error_detail_came_with_1_1_and_the_reasoning_columns_with_1_2():
     reasoning = dict.fromkeys(("ttfo_ns", "reasoning_tokens", "reasoning_ns"), "1.2")
-    phases = {"warmup": "1.4", "loop": "1.4", "host": "1.4", "shard": "1.4"}  # 1.4: phases and hosts
+    phases = {"warmup": "1.4", "loop": "1.4", "host": "1.4", "shard": "1.4", "cache_write_tokens": "1.4"}
     assert ADDED_COLUMNS == {"error_detail": "1.1", **reasoning, "recorded_model": "1.3", **phases}
 
 
@@ -140,7 +140,7 @@ def test_result_row_fields_are_the_columns_written():
 def test_columns_named_like_the_trace_have_its_types():
     trace_types = {f.name: f.type for f in trace_schema(False)}
     shared = [f for f in RESULT_SCHEMA if f.name in trace_types]
-    assert len(shared) == 28 and all(f.type == trace_types[f.name] for f in shared)
+    assert len(shared) == 29 and all(f.type == trace_types[f.name] for f in shared)
 
 
 def test_run_info_writes_the_golden_run_json_of_its_version(tmp_path):
