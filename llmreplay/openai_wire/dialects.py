@@ -1,11 +1,12 @@
 """The dialect table: how each API's requests, stream events and answers are read. An endpoint row
-(endpoints.py) names its dialect; adding an API is adding a module and a row here. Pure, light imports.
+(endpoints.py) names its dialect; adding an API is adding a module and a row here (docs/extending.md,
+"An API dialect"). Pure, light imports.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llmreplay.openai_wire import chat_api, messages_api, responses_api
 from llmreplay.openai_wire.answer import Answer
@@ -31,6 +32,11 @@ class Dialect:
     typed_events: bool  # stream events carry `type` (and an `event:` line) instead of chat chunks
     event_facts: Callable[[str, dict], EventFacts] | None = None  # typed streams: all but the tokens
     usage: Callable[[object], Usage] = parse_usage
+    # Typed streams only (a module's owns_event, DELTA_RULES, PARSED_EVENTS, fold_text):
+    owns_event: Callable[[str], bool] | None = None  # an event `type` of this API
+    delta_rules: dict = field(default_factory=dict)  # event name -> ((text keys, channel), ...)
+    parsed_events: tuple[str, ...] = ()  # read whole (event_facts), besides end events and `error`
+    fold_text: Callable[[str, dict, list, list, dict], None] | None = None  # the reference reading's texts
 
 
 _READERS = ("request_messages", "request_tools", "request_tool_choice", "request_structured")
@@ -40,9 +46,15 @@ _READERS += ("max_output_tokens", "server_state", "event_channel", "response_id"
 def _row(name: str, module, typed_events: bool, **overrides) -> Dialect:
     """A dialect whose readers are its module's functions of the same names."""
     readers = {reader: getattr(module, reader) for reader in _READERS} | overrides
-    facts = getattr(module, "event_facts", None)
+    typed = {
+        "event_facts": getattr(module, "event_facts", None),
+        "owns_event": getattr(module, "owns_event", None),
+        "delta_rules": getattr(module, "DELTA_RULES", {}),
+        "parsed_events": getattr(module, "PARSED_EVENTS", ()),
+        "fold_text": getattr(module, "fold_text", None),
+    }
     ends = getattr(module, "END_EVENTS", ())
-    return Dialect(name, **readers, end_events=ends, typed_events=typed_events, event_facts=facts)
+    return Dialect(name, **readers, end_events=ends, typed_events=typed_events, **typed)
 
 
 CHAT = _row("chat", chat_api, typed_events=False)
@@ -61,8 +73,9 @@ def dialect_for(endpoint: str) -> Dialect:
 
 
 def typed_dialect(event_type: str) -> Dialect | None:
-    """The dialect whose stream sends events of this `type` (Responses: response.*; Messages: its
-    EVENT_TYPES); None for others. `error` is the same event in both: either dialect reads it."""
-    if event_type.startswith("response.") or event_type == "error":
-        return DIALECTS["responses"]
-    return DIALECTS["messages"] if event_type in messages_api.EVENT_TYPES else None
+    """The first dialect whose stream sends events of this `type` (its owns_event); None for others.
+    `error` is the same event in Responses and Messages: Responses' row, first, reads it."""
+    for dialect in DIALECTS.values():
+        if dialect.owns_event is not None and dialect.owns_event(event_type):
+            return dialect
+    return None

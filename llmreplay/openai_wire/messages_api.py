@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 
 from llmreplay.openai_wire.answer import Answer
-from llmreplay.openai_wire.channels import MESSAGES_BLOCK_CHANNELS, MESSAGES_DELTA_CHANNELS
+from llmreplay.openai_wire.channels import ANSWER, MESSAGES_BLOCK_CHANNELS, MESSAGES_DELTA_CHANNELS, REASONING
 from llmreplay.openai_wire.error_object import error_text
 from llmreplay.openai_wire.json_array import array_items
 from llmreplay.openai_wire.message_text import PromptMessage
@@ -29,6 +29,16 @@ EVENT_TYPES = (
     "message_stop",
 )
 EVENT_TYPES += ("ping",)
+# The stream's byte rules (replayer/loop/sse.py): a content_block_delta's tokens are a non-empty
+# string under its delta type's key (MESSAGES_DELTA_CHANNELS), on that key's channel; the events
+# read whole besides the end events and `error` (event_facts).
+DELTA_RULES = {
+    BLOCK_DELTA: tuple(
+        (tuple(key for key, c in MESSAGES_DELTA_CHANNELS.values() if c == channel), channel)
+        for channel in (ANSWER, REASONING)
+    )
+}
+PARSED_EVENTS = ("message_start", BLOCK_START, "message_delta")
 
 
 def request_messages(body: dict) -> tuple[PromptMessage, ...]:
@@ -208,3 +218,31 @@ def event_facts(kind: str, data: dict) -> EventFacts:
     if kind == BLOCK_START and isinstance(block, dict) and block.get("type") in TOOL_BLOCKS:
         return EventFacts(call_key=data.get("index", block.get("id")))
     return NO_FACTS
+
+
+def owns_event(kind: str) -> bool:
+    """A stream event `type` of this API (`error` is read as Responses' same event)."""
+    return kind in EVENT_TYPES
+
+
+def fold_text(kind: str, event: dict, texts: list, thoughts: list, calls: dict) -> None:
+    """One stream event's text and thinking deltas; a tool_use block's name, then its
+    input_json_delta pieces."""
+    index = event.get("index", len(calls))
+    block = event.get("content_block")
+    if kind == BLOCK_START and isinstance(block, dict):
+        if block.get("type") in TOOL_BLOCKS:
+            calls[index] = chat_call(block.get("id"), block.get("name"), "")
+        elif isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        return
+    delta = event.get("delta")
+    if kind != BLOCK_DELTA or not isinstance(delta, dict):
+        return
+    part = delta.get("type")
+    if part == "text_delta" and isinstance(delta.get("text"), str):
+        texts.append(delta["text"])
+    elif part == "thinking_delta" and isinstance(delta.get("thinking"), str):
+        thoughts.append(delta["thinking"])
+    elif part == "input_json_delta" and isinstance(delta.get("partial_json"), str) and index in calls:
+        calls[index]["function"]["arguments"] += delta["partial_json"]

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 import orjson
 
-from llmreplay.openai_wire import messages_api, responses_api
 from llmreplay.openai_wire.channels import ANSWER, REASONING, TEXT_CHANNELS, choice_delta, delta_channel
 from llmreplay.openai_wire.dialects import dialect_for, typed_dialect
 from llmreplay.openai_wire.error_object import error_object_kind
@@ -175,46 +174,8 @@ def _apply_typed_event(state: _StreamState, event: dict, kind: str, dialect) -> 
     state.done |= facts.done
     state.error |= facts.failed is not None
     state.response_id = facts.response_id or state.response_id
-    if dialect.name == "responses":
-        _keep_responses_text(state, event, kind)
-    else:
-        _keep_messages_text(state, event, kind)
+    dialect.fold_text(kind, event, state.texts, state.thoughts, state.calls)
     return dialect.event_channel(kind, event)
-
-
-def _keep_responses_text(state: _StreamState, event: dict, kind: str) -> None:
-    """Answer and reasoning deltas; the calls from the end event's output (whole, chat-shaped)."""
-    delta = event.get("delta")
-    if isinstance(delta, str):
-        if kind in responses_api.ANSWER_TEXT_EVENTS:
-            state.texts.append(delta)
-        elif responses_api.RESPONSES_DELTA_CHANNELS.get(kind) == REASONING:
-            state.thoughts.append(delta)
-    if kind in responses_api.END_EVENTS and isinstance(event.get("response"), dict):
-        _, _, calls = responses_api.output_texts(event["response"])
-        state.calls = dict(enumerate(calls))
-
-
-def _keep_messages_text(state: _StreamState, event: dict, kind: str) -> None:
-    """Text and thinking deltas; a tool_use block's name, then its input_json_delta pieces."""
-    index = event.get("index", len(state.calls))
-    block = event.get("content_block")
-    if kind == messages_api.BLOCK_START and isinstance(block, dict):
-        if block.get("type") in messages_api.TOOL_BLOCKS:
-            state.calls[index] = messages_api.chat_call(block.get("id"), block.get("name"), "")
-        elif isinstance(block.get("text"), str):
-            state.texts.append(block["text"])
-        return
-    delta = event.get("delta")
-    if kind != messages_api.BLOCK_DELTA or not isinstance(delta, dict):
-        return
-    part = delta.get("type")
-    if part == "text_delta" and isinstance(delta.get("text"), str):
-        state.texts.append(delta["text"])
-    elif part == "thinking_delta" and isinstance(delta.get("thinking"), str):
-        state.thoughts.append(delta["thinking"])
-    elif part == "input_json_delta" and isinstance(delta.get("partial_json"), str) and index in state.calls:
-        state.calls[index]["function"]["arguments"] += delta["partial_json"]
 
 
 def summarize_json(body: bytes, endpoint: str) -> ResponseShape:

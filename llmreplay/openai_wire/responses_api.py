@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from llmreplay.openai_wire.answer import Answer
 from llmreplay.openai_wire.channels import (
+    REASONING,
     RESPONSES_DELTA_CHANNELS,
     RESPONSES_END_EVENTS,
     RESPONSES_ITEM_CHANNELS,
@@ -25,6 +26,10 @@ END_EVENTS = RESPONSES_END_EVENTS
 ITEM_ADDED = "response.output_item.added"
 ID_EVENTS = ("response.created", *END_EVENTS)  # carry `response.id`
 FAILED_EVENTS = ("response.failed", "error")
+# The stream's byte rules (replayer/loop/sse.py): each delta event's tokens are a non-empty `delta`
+# string, on its channel; the events read whole besides the end events and `error` (event_facts).
+DELTA_RULES = {name: ((("delta",), channel),) for name, channel in RESPONSES_DELTA_CHANNELS.items()}
+PARSED_EVENTS = ("response.created", ITEM_ADDED)
 # `incomplete_details.reason` -> the chat finish reason
 INCOMPLETE_REASONS = {"max_output_tokens": "length", "content_filter": "content_filter"}
 _CALL_ITEMS = ("function_call", "custom_tool_call")
@@ -247,3 +252,22 @@ def event_facts(kind: str, data: dict) -> EventFacts:
         failed = error_text(response.get("error") or "response.failed")
     usage = response.get("usage") if isinstance(response.get("usage"), dict) else None
     return EventFacts(usage, finish_reason(response), True, failed, response_id(data))
+
+
+def owns_event(kind: str) -> bool:
+    """A stream event `type` of this API: response.*, and `error` (the same event in Messages)."""
+    return kind.startswith("response.") or kind == "error"
+
+
+def fold_text(kind: str, event: dict, texts: list, thoughts: list, calls: dict) -> None:
+    """One stream event's answer and reasoning deltas; the calls from the end event's output (whole,
+    chat-shaped)."""
+    delta = event.get("delta")
+    if isinstance(delta, str):
+        if kind in ANSWER_TEXT_EVENTS:
+            texts.append(delta)
+        elif RESPONSES_DELTA_CHANNELS.get(kind) == REASONING:
+            thoughts.append(delta)
+    if kind in END_EVENTS and isinstance(event.get("response"), dict):
+        calls.clear()
+        calls.update(enumerate(output_texts(event["response"])[2]))

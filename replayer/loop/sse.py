@@ -11,9 +11,7 @@ import orjson
 
 from llmreplay.openai_wire.channels import (
     ANSWER,
-    MESSAGES_DELTA_CHANNELS,
     REASONING,
-    RESPONSES_DELTA_CHANNELS,
     choice_delta,
     event_channel,
     text_keys,
@@ -49,25 +47,27 @@ def _keys_pattern(keys) -> re.Pattern[bytes]:
 
 
 def _typed_rules(dialect: Dialect) -> dict[bytes, tuple | None]:
-    """By `event:` name: the (byte pattern, channel) pairs that find its tokens without a parse, or
-    None when the event is parsed (its facts: dialect.event_facts). A name absent is skipped: it
-    carries no tokens and nothing else the loop reads (the table rows of channels.py decide)."""
-    parsed = ("error", *dialect.end_events)
-    if dialect.name == "responses":
-        rules = {name: ((_keys_pattern(("delta",)), ch),) for name, ch in RESPONSES_DELTA_CHANNELS.items()}
-        parsed += ("response.created", "response.output_item.added")
-    else:
-        by_channel = {
-            ch: [key for key, c in MESSAGES_DELTA_CHANNELS.values() if c == ch] for ch in (ANSWER, REASONING)
-        }
-        rules = {"content_block_delta": tuple((_keys_pattern(keys), ch) for ch, keys in by_channel.items())}
-        parsed += ("message_start", "content_block_start", "message_delta")
-    rules.update(dict.fromkeys(parsed))
+    """By `event:` name: the (byte pattern, channel) pairs that find its tokens without a parse
+    (dialect.delta_rules), or None when the event is parsed (its facts: dialect.event_facts). A name
+    absent is skipped: it carries no tokens and nothing else the loop reads."""
+    rules = {
+        name: tuple((_keys_pattern(keys), ch) for keys, ch in pairs)
+        for name, pairs in dialect.delta_rules.items()
+    }
+    rules.update(dict.fromkeys(("error", *dialect.end_events, *dialect.parsed_events)))
     return {name.encode(): rule for name, rule in rules.items()}
 
 
 _SKIP = ()  # a rule's placeholder for an event name with no rule
 TYPED_RULES = {name: _typed_rules(d) for name, d in DIALECTS.items() if d.typed_events}
+
+
+def _rules_of(dialect: Dialect) -> dict[bytes, tuple | None] | None:
+    """A typed dialect's rules, built once (a row added after import too); None for chat chunks."""
+    if not dialect.typed_events:
+        return None
+    rules = TYPED_RULES.get(dialect.name)
+    return rules if rules is not None else TYPED_RULES.setdefault(dialect.name, _typed_rules(dialect))
 
 
 class SseStream:
@@ -99,7 +99,7 @@ class SseStream:
     def __init__(self, start_ns: int, dialect: str = "chat"):
         self.start_ns = start_ns
         self._dialect = DIALECTS[dialect]
-        self._rules = TYPED_RULES.get(dialect)  # None: chat chunks (the path below)
+        self._rules = _rules_of(self._dialect)  # None: chat chunks (the path below)
         self.response_id: str | None = None  # typed streams: response.created's / message_start's id
         self._buffer = b""
         # arrival of each chunk carrying tokens (reasoning included), from start_ns; 8 bytes a chunk
