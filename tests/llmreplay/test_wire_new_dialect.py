@@ -11,7 +11,7 @@ import orjson
 from llmreplay.openai_wire import chat_api
 from llmreplay.openai_wire.answer import Answer
 from llmreplay.openai_wire.channels import ANSWER, REASONING
-from llmreplay.openai_wire.dialects import DIALECTS, _row, typed_dialect
+from llmreplay.openai_wire.dialects import _READERS, DIALECTS, _row, typed_dialect
 from llmreplay.openai_wire.response import summarize_stream
 from llmreplay.openai_wire.stream_event import NO_FACTS, EventFacts, event_type
 from llmreplay.openai_wire.usage import parse_usage
@@ -39,13 +39,12 @@ def _fold(kind, data, texts, thoughts, calls):
         (texts if channel == ANSWER else thoughts).append(data[key])
 
 
+REQUEST_READERS = [name for name in _READERS if name.startswith("request_")] + [
+    "max_output_tokens",
+    "server_state",
+]
 TOY = SimpleNamespace(
-    request_messages=chat_api.request_messages,
-    request_tools=chat_api.request_tools,
-    request_tool_choice=chat_api.request_tool_choice,
-    request_structured=chat_api.request_structured,
-    max_output_tokens=chat_api.max_output_tokens,
-    server_state=chat_api.server_state,
+    **{name: getattr(chat_api, name) for name in REQUEST_READERS},  # its requests read as chat's
     event_channel=_channel,
     response_id=lambda data: data.get("id"),
     answer=lambda data: Answer("", "", (), None, parse_usage(data.get("usage")), data.get("id")),
