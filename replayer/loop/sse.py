@@ -88,7 +88,7 @@ class SseStream:
         "events",
         "_head",
         "_tail",
-        "_after_hole",
+        "_before_hole",
         "_head_reasoning",
         "_framings_learned",
         "response_id",
@@ -116,7 +116,7 @@ class SseStream:
         # the learned framing of a text chunk: b"data: {...\"content\":\"" and b"\"}...}\n\n"
         self._head: bytes | None = None
         self._tail = b""
-        self._after_hole: bytes | None = None  # the tail after its number hole; None: no hole
+        self._before_hole: bytes | None = None  # the framing's bytes from the text to its number hole
         self._head_reasoning = False  # the learned framing's text is reasoning
         self._framings_learned = 0
 
@@ -136,26 +136,29 @@ class SseStream:
             self._feed_cr(data, arrival_ns)
             return
         head = self._head
-        if head is not None and data.startswith(head):
-            # One text chunk in the learned framing: its text holds no quote (a second event glued on,
-            # or any other key, would put one in there), then the tail, whose number hole holds digits.
-            text_end = data.find(b'"', len(head))
-            rest, after = text_end + len(self._tail), self._after_hole
-            if (
-                text_end > len(head)
-                and data.startswith(self._tail, text_end)
-                and (
-                    len(data) == rest
-                    if after is None
-                    else data.endswith(after) and data[rest : len(data) - len(after)].isdigit()
-                )
-            ):
+        if head is not None and data.endswith(self._tail) and data.startswith(head):
+            # One text chunk in the learned framing, if the text between holds no quote: a second
+            # event glued on, or any other key, would put the tail's opening quote in there.
+            text_end = len(data) - len(self._tail)
+            quote = data.find(b'"', len(head), text_end)
+            if quote < 0 and len(head) < text_end and self._before_hole is None:
                 self._buffer = b""
                 self.events += 1
                 self.chunk_offsets_ns.append(arrival_ns - self.start_ns)
                 if self._head_reasoning:  # an answer framing is learned from an answer chunk
                     self.reasoning_chunks += 1
                 return
+            # A framing with a number hole (Responses' sequence_number): the text's closing quote,
+            # the bytes up to the hole, digits only, then the tail.
+            before = self._before_hole
+            if before is not None and quote > len(head) and data.startswith(before, quote):
+                if data[quote + len(before) : text_end].isdigit():
+                    self._buffer = b""
+                    self.events += 1
+                    self.chunk_offsets_ns.append(arrival_ns - self.start_ns)
+                    if self._head_reasoning:
+                        self.reasoning_chunks += 1
+                    return
         events = data.split(b"\n\n")
         self._buffer = events.pop()  # the unterminated tail; b"" when the read ended an event
         if self._rules is not None:
@@ -257,10 +260,9 @@ class SseStream:
         if text_end > text_start:
             tail = event[text_end:] + b"\n\n"
             numbers = [number.span(1) for number in _NUMBER_VALUE.finditer(tail)]
-            hole_start, hole_end = numbers[-1] if numbers else (len(tail), None)
             self._head = event[:text_start]
-            self._tail = tail[:hole_start]
-            self._after_hole = None if hole_end is None else tail[hole_end:]
+            self._tail = tail[numbers[-1][1] :] if numbers else tail
+            self._before_hole = tail[: numbers[-1][0]] if numbers else None
             self._head_reasoning = reasoning
 
     def missing_end(self) -> str | None:
