@@ -109,7 +109,7 @@ def request_tool_choice(body: dict) -> str | None:
     """auto | none | required (Anthropic `any`) | function (`tool`: a named tool forced)."""
     choice = body.get("tool_choice")
     kind = choice.get("type") if isinstance(choice, dict) else None
-    return {"auto": "auto", "none": "none", "any": "required", "tool": "function"}.get(kind)
+    return {"auto": "auto", "none": "none", "any": "required", "tool": "function"}.get(_str(kind))
 
 
 def request_structured(body: dict) -> tuple[str, dict | None]:
@@ -145,7 +145,7 @@ def event_channel(event_name: str | None, data: dict) -> str | None:
         return None
     if not isinstance(part, dict):
         return None
-    key, channel = table.get(part.get("type"), (None, None))
+    key, channel = table.get(_str(part.get("type")), (None, None))
     value = part.get(key) if key is not None else None
     return channel if isinstance(value, str) and value else None
 

@@ -166,7 +166,8 @@ def event_channel(event_name: str | None, data: dict) -> str | None:
         return channel if isinstance(delta, str) and delta else None
     item = data.get("item")
     if kind == ITEM_ADDED and isinstance(item, dict):
-        key, channel = RESPONSES_ITEM_CHANNELS.get(item.get("type"), (None, None))
+        kind = item.get("type") if isinstance(item.get("type"), str) else None
+        key, channel = RESPONSES_ITEM_CHANNELS.get(kind, (None, None))
         return channel if key is not None and _nonempty(item.get(key)) else None
     return None
 
@@ -194,7 +195,9 @@ def finish_reason(response: dict) -> str | None:
     if status == "incomplete":
         details = response.get("incomplete_details")
         reason = details.get("reason") if isinstance(details, dict) else None
-        return INCOMPLETE_REASONS.get(reason, "length" if reason is None else str(reason))
+        if not isinstance(reason, str):  # none given (or not a name): the usual reason, the length
+            return "length"
+        return INCOMPLETE_REASONS.get(reason, reason)
     return None
 
 

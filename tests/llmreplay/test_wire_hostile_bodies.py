@@ -74,7 +74,7 @@ def _read(reader: str, dialect, body: dict):
     return getattr(dialect, reader)(body)
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=1200, deadline=None)
 @given(DIALECT_NAMES, BODIES)
 def test_every_reader_answers_any_json_body_in_its_own_shape(name, body):
     dialect = DIALECTS[name]
