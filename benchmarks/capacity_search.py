@@ -54,8 +54,12 @@ def arrivals_s(rate_per_s: float, warmup_s: float, seconds: float) -> list[float
     return times
 
 
-def make_trace(path: Path, times_s: list[float], prompt: int, output: int, seed: int = 0) -> int:
-    """Requests of fixed lengths at `times_s`, each its own session, no prefix shared."""
+def write_fixed_length_trace(
+    path: Path, times_s: list[float], prompt: int, output: int, *, model: str = "sim-model",
+    block_size: int = BLOCK_SIZE, seed: int = 0, source: str = "bench:capacity",
+) -> int:  # fmt: skip
+    """Streamed chat requests of fixed lengths at `times_s` (trace seconds), each its own session, no prefix
+    shared (nor with another seed's: an engine's prefix cache outlives a replay). Also the tests' trace."""
     rng = random.Random(seed)
     records = [
         TraceRecord(
@@ -65,13 +69,13 @@ def make_trace(path: Path, times_s: list[float], prompt: int, output: int, seed:
             prompt_tokens=prompt,
             completion_tokens=output,
             token_source="imported",
-            model="sim-model",
+            model=model,
             stream=True,
-            prefix_block_hashes=tuple(rng.getrandbits(62) for _ in range(math.ceil(prompt / BLOCK_SIZE))),
+            prefix_block_hashes=tuple(rng.getrandbits(62) for _ in range(math.ceil(prompt / block_size))),
         )
         for i, at in enumerate(times_s)
     ]
-    write_trace(path, records, TraceMeta(source="bench:capacity", block_size=BLOCK_SIZE, relative_time=True))
+    write_trace(path, records, TraceMeta(source=source, block_size=block_size, relative_time=True))
     return len(records)
 
 
@@ -132,7 +136,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-capacity-") as tmp:
         tmp_path = Path(tmp)
         trace = tmp_path / "trace.parquet"
-        count = make_trace(trace, times, args.prompt, args.output)
+        count = write_fixed_length_trace(trace, times, args.prompt, args.output)
         print(
             f"trace: {count} requests at {args.rate:g} req/s, prompt {args.prompt}, output {args.output} tokens; "
             f"sim --profile {args.profile}; window {args.window}, warm-up {args.warmup}, precision "

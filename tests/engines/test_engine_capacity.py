@@ -9,15 +9,13 @@ bound is the engine tests' loose one and the workers stay at one.
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import time
 
 import pytest
+from capacity_search import write_fixed_length_trace
 from engine_client import MAX_DISPATCH_LAG, record_figure
 
-from llmreplay.trace_format import TraceMeta, TraceRecord
-from llmreplay.trace_io import write_trace
 from replayer.capacity.html import render_capacity_html
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(400)]
@@ -26,32 +24,15 @@ RATE_PER_S, SECONDS, PROMPT_TOKENS, OUTPUT_TOKENS, BLOCK_SIZE = 4.0, 13, 64, 128
 WALL_LIMIT_S = 240
 
 
-def write_trace_file(path) -> None:
-    rng = random.Random(17)
-    records = [
-        TraceRecord(
-            request_id=f"c{i}",
-            arrival_time=1_700_000_000_000_000 + round(i * 1e6 / RATE_PER_S),
-            endpoint="chat_completions",
-            prompt_tokens=PROMPT_TOKENS,
-            completion_tokens=OUTPUT_TOKENS,
-            token_source="imported",
-            model="tiny",
-            stream=True,
-            prefix_block_hashes=tuple(rng.getrandbits(62) for _ in range(PROMPT_TOKENS // BLOCK_SIZE)),
-        )
-        for i in range(int(RATE_PER_S * SECONDS))
-    ]
-    write_trace(
-        path, records, TraceMeta(source="test:engine-capacity", block_size=BLOCK_SIZE, relative_time=True)
-    )
-
-
 def test_a_short_capacity_search_reports_a_knee(engine, llmreplay_bin, tmp_path):
     if engine.name != "vllm":
         pytest.skip("the capacity search is measured against vLLM; llama.cpp's slots are not under test here")
     trace, out = tmp_path / "trace.parquet", tmp_path / "capacity"
-    write_trace_file(trace)
+    times = [i / RATE_PER_S for i in range(int(RATE_PER_S * SECONDS))]
+    write_fixed_length_trace(
+        trace, times, PROMPT_TOKENS, OUTPUT_TOKENS, model="tiny", block_size=BLOCK_SIZE, seed=17,
+        source="test:engine-capacity",
+    )  # fmt: skip
     cmd = [
         str(llmreplay_bin), "capacity", str(trace), "--target", engine.base_url, "-o", str(out),
         "--slo", "e2e_p99<=60s", "--window", "10s", "--warmup", "2s", "--precision", "0.25",

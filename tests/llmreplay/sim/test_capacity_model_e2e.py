@@ -3,49 +3,24 @@ slow profile's saturation and one above, measured by `llmreplay replay` as a cli
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from capacity_search import write_fixed_length_trace
 from live_processes import ProcessPool, start_sim_process
 from replay_helpers import run_replay
 
 from llmreplay.metrics import per_request_latencies_ns, success_mask
 from llmreplay.sim.capacity_model import RequestMix, saturation, steady_state
 from llmreplay.sim.config import build_config
-from llmreplay.trace_format import TraceMeta, TraceRecord
-from llmreplay.trace_io import write_trace
 
 pytestmark = pytest.mark.e2e  # starts a sim and replays
 
 PROMPT_TOKENS, OUTPUT_TOKENS, BLOCK_SIZE = 256, 64, 64
 SEND_S = 8.0  # seconds of arrivals per rate
 TOLERANCE = 0.10  # throughput and median TPOT, measured over the middle of the arrivals
-
-
-def write_fixed_rate_trace(path: Path, rate_per_s: float, send_s: float, seed: int) -> Path:
-    """Evenly spaced streamed chat requests of fixed lengths, no prefix shared between them (nor with
-    another seed's: the sim's prefix cache outlives a replay)."""
-    rng = random.Random(seed)
-    count = int(rate_per_s * send_s)
-    records = [
-        TraceRecord(
-            request_id=f"r{i}",
-            arrival_time=1_700_000_000_000_000 + round(i * 1e6 / rate_per_s),
-            endpoint="chat_completions",
-            prompt_tokens=PROMPT_TOKENS,
-            completion_tokens=OUTPUT_TOKENS,
-            token_source="imported",
-            model="sim-model",
-            stream=True,
-            prefix_block_hashes=tuple(rng.getrandbits(62) for _ in range(PROMPT_TOKENS // BLOCK_SIZE)),
-        )
-        for i in range(count)
-    ]
-    write_trace(path, records, TraceMeta(source="test:fixed-rate", block_size=BLOCK_SIZE, relative_time=True))
-    return path
 
 
 def measured(run_dir: Path) -> tuple[float, float]:
@@ -68,7 +43,11 @@ def test_the_sim_runs_at_the_models_rates(tmp_path):
         url = start_sim_process(pool, "--profile", "slow", "--block-size", str(BLOCK_SIZE))
         for seed, share in enumerate((0.3, 0.65, 1.5)):
             rate = share * knee
-            trace = write_fixed_rate_trace(tmp_path / f"x{share}.parquet", rate, SEND_S, seed)
+            trace = tmp_path / f"x{share}.parquet"
+            times = [i / rate for i in range(int(rate * SEND_S))]
+            write_fixed_length_trace(
+                trace, times, PROMPT_TOKENS, OUTPUT_TOKENS, block_size=BLOCK_SIZE, seed=seed
+            )
             run_dir = tmp_path / f"run-{share}"
             done = run_replay(trace, url, run_dir, "--max-dispatch-lag", "50ms", timeout_s=120)
             assert done.returncode == 0, done.stderr[-2000:]
