@@ -19,16 +19,26 @@ STEP_RUN_DIR = "-"  # each step's run directory is set by the search (replayer.c
 @options.click_options(CapacityConfig)
 @options.click_options(ReplayConfig, only=REPLAY_FLAGS)
 @click.option("--json", "as_json", is_flag=True, help="Print capacity.json.")
-def capacity(trace, as_json, **values):
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(),
+    help="Also write the report (points, curves, steps) as one HTML page.",
+)
+def capacity(trace, as_json, html_path, **values):
     """Find how much of TRACE's own traffic --target holds within the SLOs: the knee, the SLO limit,
     the operating point and the headroom against the trace's busiest minute (DIR/capacity.json)."""
     values["quiet"] = values["quiet"] or as_json
     replay = options.build(ReplayConfig, values, trace_path=trace, run_dir=STEP_RUN_DIR)
     config = options.build(CapacityConfig, values, trace_path=trace, replay=replay)
-    _run(config, as_json)
+    if html_path:
+        from llmreplay.output_paths import check_output_file
+
+        check_output_file(html_path, force=True, flag="--html")
+    _run(config, as_json, html_path)
 
 
-def _run(config: CapacityConfig, as_json: bool) -> None:
+def _run(config: CapacityConfig, as_json: bool, html_path: str | None = None) -> None:
     import orjson
     from rich.console import Console
 
@@ -37,6 +47,11 @@ def _run(config: CapacityConfig, as_json: bool) -> None:
 
     console = Console(stderr=True)
     document = run_capacity(config, console)
+    if html_path:
+        from llmreplay.output_paths import write_atomic
+        from replayer.capacity.html import render_capacity_html
+
+        write_atomic(html_path, render_capacity_html(document), force=True, flag="--html")
     if as_json:
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
         print_verdict(document, console)

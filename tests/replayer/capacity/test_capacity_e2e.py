@@ -50,10 +50,12 @@ def test_the_knee_and_the_tpot_limit_are_found_within_ten_percent(tmp_path, prof
         assert step["cold_start"]["requests"] == 5 and step["cold_start"]["ttft_p50_ms"] > 0
         assert step["offered"]["requests"] == round(50 * (8 / 5 if step["kind"] == "sustain" else 1))
     # a rerun of the same command reuses every finished step and gives the same answer
-    again = capacity(trace, sim, tmp_path / "cap", *flags)
+    again = capacity(trace, sim, tmp_path / "cap", *flags, "--html", str(tmp_path / "cap.html"))
     redo = json.loads(again.stdout)
     assert all(step["reused"] for step in redo["steps"])
     assert redo["slo_limit"] == limit and redo["knee"] == knee
+    page = (tmp_path / "cap.html").read_text()  # --html: the same document as a page with its curves
+    assert "<svg" in page and "Throughput and goodput vs offered load" in page
     changed = capacity(trace, sim, tmp_path / "cap", *flags[:-1], "9s")
     assert changed.returncode == 2 and "another sustain_s" in changed.stderr
 
