@@ -25,19 +25,22 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+# everything but the real engines and the long accuracy searches (those run in test-engines)
 test: $(STAMP) lint
-	$(VENV)/bin/pytest -q --ignore=tests/engines
+	$(VENV)/bin/pytest -q -m "not long" --ignore=tests/engines
 
 # the in-process tests: those marked e2e (they start processes; tests/e2e_marker.py holds the rule) left out
 test-fast: $(STAMP) lint
-	$(VENV)/bin/pytest -q -m "not e2e" --ignore=tests/engines
+	$(VENV)/bin/pytest -q -m "not e2e and not long" --ignore=tests/engines
 
 # Real engines (vLLM CPU, llama.cpp llama-server) built once into ~/.cache/llmreplay/engines (or the
 # folder in LLMREPLAY_ENGINE_CACHE): ~7-12 min cold for the llama.cpp build, seconds when cached. An engine whose
 # prerequisite the machine lacks (cmake, the torch wheel, Python 3.11) is left out and its tests skip.
+# Also the long accuracy searches against the sim (marker `long`: capacity found within 10% of the model).
 test-engines: $(STAMP)
 	$(PY) tests/engines/engine_setup.py --allow-missing
 	$(VENV)/bin/pytest -q -m engines tests/engines
+	$(VENV)/bin/pytest -q -m long --ignore=tests/engines
 
 bench: $(STAMP)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -16,7 +16,7 @@ from llmreplay.metrics import per_request_latencies_ns, success_mask
 from llmreplay.sim.capacity_model import RequestMix, saturation, steady_state
 from llmreplay.sim.config import build_config
 
-pytestmark = pytest.mark.e2e  # starts a sim and replays
+pytestmark = [pytest.mark.e2e, pytest.mark.long]  # starts a sim and replays for about 40 s
 
 PROMPT_TOKENS, OUTPUT_TOKENS, BLOCK_SIZE = 256, 64, 64
 SEND_S = 8.0  # seconds of arrivals per rate

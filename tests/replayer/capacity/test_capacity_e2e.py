@@ -61,6 +61,7 @@ def test_the_knee_and_the_tpot_limit_are_found_within_ten_percent(tmp_path, prof
 
 
 @pytest.mark.e2e
+@pytest.mark.long
 def test_without_an_slo_the_knee_is_the_saturation_within_ten_percent(tmp_path, profile, sim):
     """An 8 s window: at x2 (--by speed) its 4 s on the run's clock show a 5% overload as a growing queue,
     where 2.5 s hold too few requests to tell it from noise."""
@@ -82,6 +83,7 @@ def test_without_an_slo_the_knee_is_the_saturation_within_ten_percent(tmp_path, 
 
 
 @pytest.mark.e2e
+@pytest.mark.long
 def test_by_scale_finds_the_tpot_limit_within_ten_percent_and_the_knee_within_twenty(tmp_path, profile, sim):
     """--by scale overlays seeded-shifted copies of the sessions: a superposition burstier than the model's
     even mean-field rate, so more requests see a full batch. Measured (1 s or one-gap copy jitter alike):
