@@ -61,8 +61,7 @@ def _run_on_ray(config, as_json: bool) -> None:
         raise BadInput("--ray: run it as `llmreplay replay ... --ray ADDRESS` (the shards get its arguments)")
     argv = sys.argv[sys.argv.index("replay") + 1 :]
     console = Console(stderr=True)
-    exit_code, out = replay_on_ray(config, argv, console)
-    summary = json.loads((out / "run.json").read_text())["summary"]
+    exit_code, out, summary = replay_on_ray(config, argv, console)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     print_verdict(summary, console if as_json else Console())

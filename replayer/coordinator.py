@@ -136,7 +136,7 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
 
 def _check_config(config: ReplayConfig, run_dir: Path) -> str:
     """What can be refused before the trace is read; returns the target's base URL."""
-    _refuse_used_run_dir(run_dir)
+    refuse_used_run_dir(run_dir)
     if config.workers < 1:
         raise BadInput(f"--workers {config.workers}: must be at least 1")
     if config.max_inflight < config.workers:
@@ -220,7 +220,7 @@ def _claim(run_dir: Path) -> Path:
     try:
         parts.mkdir()
     except FileExistsError:
-        _refuse_used_run_dir(run_dir)
+        refuse_used_run_dir(run_dir)
         raise
     return parts
 
@@ -430,7 +430,7 @@ def _check_models_served(
         )
 
 
-def _refuse_used_run_dir(run_dir: Path) -> None:
+def refuse_used_run_dir(run_dir: Path) -> None:
     """One run per directory: refuse one holding a run, or the `.parts/` of a replay that was killed
     (or is running), before anything is built or sent; mixing two runs' files cannot be merged."""
     held = [name for name in (RESULTS_FILE, RUN_FILE) if (run_dir / name).exists()]

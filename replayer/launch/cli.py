@@ -168,12 +168,12 @@ def merge(runs, **values):
     from pathlib import Path
 
     from llmreplay.output_paths import check_output_dir
+    from replayer.coordinator import refuse_used_run_dir
     from replayer.results.merge_runs import load_shard_runs, write_merged_run
 
     config = options.build(MergeConfig, values)
     out = check_output_dir(config.out)
-    if (out / "results.parquet").exists() or (out / "run.json").exists():
-        raise BadInput(f"-o {out}: already holds a run; choose a new -o directory")
+    refuse_used_run_dir(out)
     shard_runs = load_shard_runs(list(runs))
     summary, clock = write_merged_run(
         shard_runs, Path(out), config.clock_budget_ns, config.allow_missing_shards

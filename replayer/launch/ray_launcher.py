@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmreplay.errors import BadInput
+from llmreplay.run_format import RESULTS_FILE, RUN_FILE, SERVER_METRICS_FILE
 
-RUN_FILES = ("results.parquet", "run.json", "server_metrics.parquet")
+RUN_FILES = (RESULTS_FILE, RUN_FILE, SERVER_METRICS_FILE)
 BARRIER_LEAD_NS = 5_000_000_000
 PLACEMENT_TIMEOUT_S = 60
 STDERR_TAIL = 2000
@@ -105,8 +106,10 @@ def shard_argv(argv: list[str], shard: int, shards: int, barrier_url: str) -> li
     return [*out, "--shard", f"{shard}/{shards}", "--start-barrier", barrier_url]
 
 
-def replay_on_ray(config, argv: list[str], console) -> tuple[int, Path]:
-    """`replay --ray ADDRESS --shards N -o DIR`: shards on N nodes under DIR/shards/, merged into DIR."""
+def replay_on_ray(config, argv: list[str], console) -> tuple[int, Path, dict]:
+    """`replay --ray ADDRESS --shards N -o DIR`: shards on N nodes under DIR/shards/, merged into DIR;
+    returns the exit code, DIR and the merged run's summary."""
+    from replayer.coordinator import refuse_used_run_dir
     from replayer.results.merge_runs import load_shard_runs, write_merged_run
     from replayer.start_barrier import BarrierState, serve_barrier
 
@@ -116,9 +119,10 @@ def replay_on_ray(config, argv: list[str], console) -> tuple[int, Path]:
     if not multihost.shards or multihost.shards < 1:
         raise BadInput("--ray: needs --shards N (how many nodes to replay on)")
     out = Path(config.run_dir)
-    if (out / "results.parquet").exists() or (out / "shards").exists():
-        raise BadInput(f"-o {out}: already holds a run; choose a new -o directory")
     shards_dir = out / "shards"
+    refuse_used_run_dir(out)
+    if shards_dir.exists():
+        raise BadInput(f"-o {out}: holds shards/ of an earlier --ray replay; choose a new -o directory")
     shards_dir.mkdir(parents=True, exist_ok=True)
     state = BarrierState(shards=multihost.shards, lead_ns=BARRIER_LEAD_NS)
     host = driver_address(multihost.ray_address)
@@ -138,7 +142,7 @@ def replay_on_ray(config, argv: list[str], console) -> tuple[int, Path]:
     for run in runs:
         if run.exit_code not in (0, 1) and console is not None:
             console.print(f"shard {run.shard} on {run.node}: exit {run.exit_code}: {run.stderr_tail.strip()}")
-    failed = [r for r in runs if "results.parquet" not in r.files]
+    failed = [r for r in runs if RESULTS_FILE not in r.files]
     if failed:
         raise BadInput(
             f"--ray: shard {failed[0].shard} on {failed[0].node} wrote no run (exit {failed[0].exit_code}): "
@@ -146,7 +150,7 @@ def replay_on_ray(config, argv: list[str], console) -> tuple[int, Path]:
         )
     shard_runs = load_shard_runs([str(shards_dir / f"shard-{r.shard}") for r in runs])
     summary, clock = write_merged_run(shard_runs, out, None, allow_missing=False)
-    return summary["verdict"]["exit_code"] or (0 if clock["within_budget"] else 1), out
+    return summary["verdict"]["exit_code"] or (0 if clock["within_budget"] else 1), out, summary
 
 
 def driver_address(ray_address: str) -> str:

@@ -5,6 +5,7 @@ host would have them, plus the measured clock bound; a skewed host clock is caug
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import numpy as np
@@ -156,6 +157,18 @@ def test_merge_refuses_what_is_not_one_replays_shards(tmp_path, shared_sim):
     assert partial.returncode == 1  # incomplete: the verdict fails
     assert json.loads((tmp_path / "m3" / "run.json").read_text())["stop_reason"] == "incomplete"
     assert pq.read_table(tmp_path / "m3" / "results.parquet").num_rows == len(results(shard))
+    again = merge([shard], tmp_path / "m3", "--allow-missing-shards")  # one run a directory, as replay
+    assert again.returncode == 2 and "already holds a run" in again.stderr and "Traceback" not in again.stderr
+    ray = subprocess.run(
+        [sys.executable, "-m", "llmreplay.cli", "replay", str(trace), "--target", shared_sim, "--ray", "auto",
+         "-o", str(tmp_path / "r")],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert (
+        ray.returncode == 2
+        and "--ray: needs --shards N" in ray.stderr
+        and not (tmp_path / "r" / "shards").exists()
+    )
 
 
 def test_start_at_starts_every_shard_at_the_given_instant(tmp_path, shared_sim):
