@@ -17,9 +17,8 @@ from llmreplay import options
 from llmreplay.errors import BadInput
 from llmreplay.options import as_path, force_field, option
 from llmreplay.output_paths import atomic_output, check_output_file
-from llmreplay.trace_format import MOONCAKE_EXPORT_COLUMNS
+from llmreplay.trace_format import MOONCAKE_BLOCK_SIZE, MOONCAKE_EXPORT_COLUMNS
 
-MOONCAKE_BLOCK_SIZE = 512  # what SGLang and AIPerf assume unless told (AIPerf: --isl-block-size)
 SESSION_TIMINGS = ("timestamp", "delay")
 _COLUMNS = MOONCAKE_EXPORT_COLUMNS
 

@@ -12,11 +12,18 @@ import click
 @click.option("--json", "as_json", is_flag=True, help="Print the full summary as JSON.")
 def inspect_trace(trace: str, as_json: bool) -> None:
     """Show the shape of TRACE (a Parquet file or a directory of them)."""
+    from llmreplay.count_units import trace_count_units
     from llmreplay.trace_io import read_trace
     from llmreplay.trace_shape import describe_trace
 
     loaded = read_trace(trace, columns=None)
-    summary = {"trace": trace, "meta": _public_meta(loaded.meta), **describe_trace(loaded.table)}
+    units = trace_count_units(loaded.table, loaded.meta.tokenizer)
+    summary = {
+        "trace": trace,
+        "meta": _public_meta(loaded.meta),
+        **describe_trace(loaded.table),
+        "count_units": {**units.as_dict(), "note": units.note()},
+    }
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
@@ -90,7 +97,19 @@ def _print_table(s: dict) -> None:
         f"turns p50/p90/p99 {_pcts(sessions['turns_per_session'])}",
     )
     table.add_row("think time ms p50/p90/p99", _pcts(sessions["think_time_ms"]))
-    table.add_row("prefix sharing", f"{s['prefix_sharing_ratio']:.1%} of prompt blocks seen before")
+    table.add_row(
+        "prefix sharing",
+        f"{s['prefix_sharing_ratio']:.1%} of prompt blocks seen before; a replay reproduces it to within "
+        f"{meta['block_size']:,} tokens" + ("" if meta["block_size"] <= 16 else " (block-accurate only)"),
+    )
+    units = s["count_units"]
+    if units["rate"] is not None:
+        table.add_row(
+            "count units",
+            units["note"]
+            or f"production's own tokens: its engine counted {units['rate']:.3f} per trace token "
+            f"({units['rows']:,} requests)",
+        )
     if s["latency_ms"]:
         for name, stats in s["latency_ms"].items():
             table.add_row(

@@ -20,10 +20,14 @@ from llmreplay.openai_wire.endpoints import ENDPOINT_NAMES
 # minor version added reads as nulls, a column the reader does not know is ignored, and a vocabulary
 # value it does not know is kept as it is when the file's minor is newer than the reader's (in a file
 # of the reader's own or an older minor, the writer was wrong: refused). Another major: refused.
-FORMAT_VERSION = "1.3"
+FORMAT_VERSION = "1.4"
 READABLE_MAJOR_VERSIONS = (1,)
 METADATA_KEY = b"llmreplay"
-DEFAULT_BLOCK_SIZE = 512
+MOONCAKE_BLOCK_SIZE = 512  # Mooncake's hash_ids, what SGLang and AIPerf assume unless told
+DEFAULT_BLOCK_SIZE = MOONCAKE_BLOCK_SIZE  # a file that names no block size; public-trace imports
+# What the recorder hashes by: vLLM's cache block, so a replay shares every prefix production shared
+# to within one engine block (a multiple of it still exports as Mooncake's 512).
+RECORDED_BLOCK_SIZE = 16
 
 ENDPOINTS = ENDPOINT_NAMES  # the endpoint table's rows: adding an endpoint adds the value
 TOKEN_SOURCES = ("server_usage", "tokenizer", "imported")
@@ -128,6 +132,10 @@ class TraceRecord:
     cache_write_tokens: int | None = column(INT32, None, since="1.3", bounds=COUNT)
     # a Responses request continuing state the server stored: what it names (the ids are not kept)
     server_state: str | None = column(STRING, None, since="1.3", values=SERVER_STATES)
+    # the prompt as the trace's tokenizer counts it (messages or prompt, and tools; no template): beside
+    # prompt_tokens (production's count) it tells whether the hashes and message counts are in
+    # production's own tokens (llmreplay.count_units)
+    counted_prompt_tokens: int | None = column(INT32, None, since="1.4", bounds=COUNT)
     # content traces only: JSON text exactly as the client sent / the engine answered, in each API's own shape
     content_messages: str | None = column(STRING, None, content=True)  # messages array / Responses `input`
     content_prompt: str | None = column(STRING, None, content=True)  # completions `prompt` field
@@ -216,7 +224,7 @@ RUN_COPIED_COLUMNS = (
 PLANNING_COLUMNS = (
     "request_id", "arrival_time", "endpoint", "model", *SESSION_COLUMNS, "stream", "error_kind",
     "prompt_tokens", "completion_tokens", "max_tokens", "e2e_ns", "tools_count", "tool_choice",
-    "structured_output", "n", "server_state",
+    "structured_output", "n", "server_state", "token_source", "counted_prompt_tokens",
 )  # fmt: skip
 # ... of which a schedule is planned from these (replayer.plan.schedule).
 SCHEDULE_COLUMNS = (

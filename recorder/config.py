@@ -12,7 +12,7 @@ from llmreplay import durations
 from llmreplay.errors import BadInput
 from llmreplay.options import duration_s, option
 from llmreplay.tokenizers import DEFAULT_TOKENIZER, parse_tokenizer_spec
-from llmreplay.trace_format import DEFAULT_BLOCK_SIZE
+from llmreplay.trace_format import RECORDED_BLOCK_SIZE
 
 DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/messages")
 DEFAULT_KEY_FILE = "~/.config/llmreplay/recorder.key"
@@ -46,13 +46,20 @@ class RecorderConfig:
         help="Also record message, tool and response content (for anonymization), or shape only.",
     )
     tokenizer: str = option(
-        DEFAULT_TOKENIZER, help="Tokenizer for counts and prefix hashes when the server sends no usage."
+        DEFAULT_TOKENIZER,
+        help="Tokenizer for message counts and prefix hashes (and prompt counts when the server sends no "
+        "usage): production model's tokenizer.json makes shared prefixes replay exactly in its tokens.",
     )
     key_file: str = option(
         DEFAULT_KEY_FILE,
         help="Secret key file for keyed hashes (created 0600 if absent; outside the trace, never in it).",
     )
-    block_size: int = option(DEFAULT_BLOCK_SIZE, type=int, help="Tokens per prefix-hash block.")
+    block_size: int = option(
+        RECORDED_BLOCK_SIZE,
+        type=int,
+        help="Tokens per prefix-hash block: the replay reproduces shared prefixes to within one block "
+        "(16: vLLM's cache block; a divisor of 512 keeps Mooncake export exact).",
+    )
     paths: tuple[str, ...] = option(
         DEFAULT_PATHS,
         flags=("--path",),

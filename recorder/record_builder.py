@@ -80,6 +80,7 @@ class RecordBuilder:
             arrival_time=cap.arrival_unix_ns // 1000,
             endpoint=cap.endpoint,
             prompt_tokens=tokens.prompt,
+            counted_prompt_tokens=len(tokens.prompt_ids) + tokens.tools,
             token_source=tokens.source,
             session_id=link.session_id if link else None,
             turn_index=link.turn_index if link else 0,

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llmreplay import __version__
+from llmreplay.count_units import trace_count_units
 from llmreplay.errors import BadInput
 from llmreplay.run_format import (
     RESULTS_FILE,
@@ -213,6 +214,9 @@ def _prompt_lengths(
     return choice
 
 
+        units = trace_count_units(trace.table, trace.meta.tokenizer).note() if synthesis else None
+        if units is not None:
+            console.print(f"warning: {units}", markup=False, highlight=False, soft_wrap=True)
 def _claim(run_dir: Path) -> Path:
     """Make the run directory and its `.parts/`: a replay started into it since the check fails here."""
     run_dir.mkdir(parents=True, exist_ok=True)

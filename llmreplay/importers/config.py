@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmreplay.importers.mooncake import MOONCAKE_BLOCK_SIZE
 from llmreplay.options import as_path, force_field, option
-from llmreplay.trace_format import DEFAULT_BLOCK_SIZE
+from llmreplay.trace_format import DEFAULT_BLOCK_SIZE, MOONCAKE_BLOCK_SIZE
 
 
 @dataclass(frozen=True, slots=True)

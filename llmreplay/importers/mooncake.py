@@ -20,8 +20,8 @@ from llmreplay.importers.source_request import (
     skip,
 )
 from llmreplay.prefix_hash import block_count
+from llmreplay.trace_format import MOONCAKE_BLOCK_SIZE
 
-MOONCAKE_BLOCK_SIZE = 512
 _TEXT_FIELDS = ("text_input", "messages", "payload")
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import orjson
 
 from llmreplay.openai_wire.responses_api import PREVIOUS_RESPONSE_PLACEHOLDER
+from replayer.loop.answer_echo import with_body
 from replayer.loop.request_file import HEADER_END
 
 PLACEHOLDER_JSON = orjson.dumps(PREVIOUS_RESPONSE_PLACEHOLDER)  # as it stands in the body: quoted
 CHAINED_DIALECT = "responses"
-_LENGTH = b"\r\nContent-Length: "
 
 
 def is_chained(request: bytes) -> bool:
@@ -23,5 +23,4 @@ def with_previous_response(request: bytes, response_id: str) -> bytes:
     Content-Length (the last header, as http_pool.encode_request writes it) made to fit."""
     body_start = request.index(HEADER_END) + len(HEADER_END)
     body = request[body_start:].replace(PLACEHOLDER_JSON, orjson.dumps(response_id), 1)
-    length_at = request.rindex(_LENGTH, 0, body_start)
-    return b"%s%s%d%s%s" % (request[:length_at], _LENGTH, len(body), HEADER_END, body)
+    return with_body(request, body_start, body)

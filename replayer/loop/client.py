@@ -191,6 +191,8 @@ class ClientExchange:
         "_dialect",
         "_received",
         "stale",
+        "keep_answer",
+        "answer",
     )
 
     def __init__(
@@ -200,8 +202,12 @@ class ClientExchange:
         cancel_after_chunks: int | None,
         clock: ReadClock,
         dialect: str = "chat",
+        keep_answer: bool = False,
     ):
         self.outcome = outcome
+        # the session's next turn sends this answer back (replayer.loop.answer_echo): its body is kept
+        self.keep_answer = keep_answer
+        self.answer: tuple[list[bytes], bool] | None = None  # (body reads, streamed) of a kept answer
         self._dialect = dialect  # llmreplay.openai_wire.dialects: the answer's grammar
         self._clock = clock
         self.stream = stream
@@ -393,6 +399,8 @@ class ClientExchange:
             _finish_stream(self._sse, outcome, self._raw)
         elif state == _WHOLE and outcome.error_kind is None:
             _read_whole(b"".join(self._body), self._content_type, outcome, self.stream, self._dialect)
+        if self.keep_answer and outcome.error_kind is None and state in (_SSE, _WHOLE):
+            self.answer = (self._raw, True) if state == _SSE else (self._body, False)
         elif state == _HEAD and outcome.error_kind is None:
             outcome.fail("invalid_response", "the connection ended before a response")
         elif state == _ERROR and self._body:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from replayer.loop.answer_echo import answer_text, echoes, with_answer
 from replayer.loop.chain import CHAINED_DIALECT, is_chained, with_previous_response
 from replayer.loop.client import NEVER_NS, ClientExchange, Outcome, ReadClock
 from replayer.loop.clock import Clock, SystemClock
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from replayer.plan.arrays import PlanArrays, PlannedRequest
 
 USER_AGENT = "llmreplay"
+ECHO_DIALECT = "chat"  # the answers a next turn may echo (replayer.loop.answer_echo)
 WATCHDOG_MAX_INTERVAL_NS = 1_000_000_000
 WATCHDOG_MIN_INTERVAL_NS = 10_000_000
 
@@ -64,12 +66,13 @@ class Counters:
 class _Call:
     """A request between dispatch and its result: the exchange once written, for stop and timeouts."""
 
-    __slots__ = ("outcome", "exchange", "task")
+    __slots__ = ("outcome", "exchange", "task", "answer")
 
     def __init__(self, outcome: Outcome):
         self.outcome = outcome
         self.exchange: ClientExchange | None = None
         self.task: asyncio.Task | None = None
+        self.answer: tuple[list[bytes], bool] | None = None  # kept for the session's next turn
 
 
 class Runner:
@@ -89,6 +92,8 @@ class Runner:
         self.dialects = dialects  # by plan index, the answer's grammar (openai_wire.dialects); None: chat
         # a chained Responses turn's previous answer id, by plan index, until the turn is sent
         self._previous_ids: dict[int, str | None] = {}
+        # the text staging answered the previous turn, by plan index, until the turn echoing it is sent
+        self._previous_answers: dict[int, str] = {}
         self.requests = requests  # encoded HTTP request per plan index (may read them as the run goes)
         self.streams = streams
         self.s = settings
@@ -270,13 +275,18 @@ class Runner:
                 request = self._chained(plan, request, outcome)
                 if request is None:
                     return
+            if plan.follows_previous:
+                answer = self._previous_answers.pop(plan.index, None)
+                if echoes(request):
+                    request = with_answer(request, answer)
+            keep = plan.next_index is not None and dialect == ECHO_DIALECT
             conn = pool.take_idle()
             if conn is None:
                 conn = await pool.open()
             if plan.cancel_after_ns is not None:
                 canceller = self.clock.call_later(plan.cancel_after_ns, _stop_call, call, "cancelled")
             exchange = call.exchange = ClientExchange(
-                outcome, self.streams[plan.index], plan.cancel_after_tokens, self._reads, dialect
+                outcome, self.streams[plan.index], plan.cancel_after_tokens, self._reads, dialect, keep
             )
             exchange.send(pool, conn, request)
             self.counters.sent += 1
@@ -287,10 +297,11 @@ class Runner:
                 self.stale_resends += 1
                 conn = await pool.open()
                 exchange = call.exchange = ClientExchange(
-                    outcome, self.streams[plan.index], plan.cancel_after_tokens, self._reads, dialect
+                    outcome, self.streams[plan.index], plan.cancel_after_tokens, self._reads, dialect, keep
                 )
                 exchange.send(pool, conn, request)
                 await exchange.done
+            call.answer = exchange.answer
         except asyncio.CancelledError:
             if outcome.stop_reason is None:
                 raise
@@ -329,13 +340,17 @@ class Runner:
         self.results.append(Sent(plan, due_ns, outcome))
         # the turn ended when its last bytes were read, not when this task got to run
         ended_ns = self._now() if outcome.e2e_ns is None else outcome.sent_ns + outcome.e2e_ns
-        self._follow(plan, ended_ns, None if outcome.error_kind else outcome.response_id)
+        failed = outcome.error_kind is not None
+        self._follow(plan, ended_ns, None if failed else outcome.response_id, None if failed else call.answer)
         if not self._calls and not self._waiting:
             self._idle.set()
 
-    def _follow(self, plan: PlannedRequest, ended_ns: int, response_id: str | None = None) -> None:
+    def _follow(
+        self, plan: PlannedRequest, ended_ns: int, response_id: str | None = None, answer=None
+    ) -> None:
         """Send the session's next turn after this one's answer plus the recorded think time; a
-        Responses turn keeps this turn's response id (None: failed) for a chained body."""
+        Responses turn keeps this turn's response id (None: failed) for a chained body, a chat turn
+        its answer's text for a body that echoes it."""
         if plan.next_index is None or self.stopping:
             return
         nxt = self.plans[plan.next_index]
@@ -345,6 +360,10 @@ class Runner:
         if self._past_duration(scheduled):
             self.stop_reason = "duration"
             return
+        if answer is not None:
+            text = answer_text(*answer)
+            if text is not None:
+                self._previous_answers[nxt.index] = text
         due = session_due_ns(scheduled, ended_ns, nxt.think_time_ns)
         if due <= self._now():
             self._dispatch(nxt, due)

@@ -82,6 +82,7 @@ def write_requests(job: BuildJob) -> Prepared:
     try:
         rows, shard_of, index_of = _by_row(shards)
         pending: list[dict[int, tuple]] = [{} for _ in shards]
+        echoes: dict[tuple[int, int], int] = {}  # (shard, next turn's plan index) -> where it echoes
         written = [0] * len(shards)
         at = 0
         for row, record in stream_records(job.trace_path, np.unique(rows)):
@@ -92,7 +93,10 @@ def write_requests(job: BuildJob) -> Prepared:
                 plan = shard.plans[index]
                 sending = turns.sending(s, index) if turns is not None else 0
                 history = turns.history(record) if sending != PLAIN else ()
-                built = build_request(record, plan, build, speller, fitter, sending, history)
+                echo_at = echoes.pop((s, index), None)
+                built = build_request(record, plan, build, speller, fitter, sending, history, echo_at)
+                if plan.next_index is not None and record.messages:
+                    echoes[(s, plan.next_index)] = len(record.messages)  # the answer follows them
                 headers = [("X-Request-Id", sent_name(record.request_id, plan.copy_index, build.loop_stride))]
                 if session_header and record.session_id is not None:
                     headers.append(

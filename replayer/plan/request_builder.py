@@ -16,6 +16,7 @@ from llmreplay.engines import BY_NAME, FLAG, FLOOR
 from llmreplay.errors import BadInput
 from llmreplay.openai_wire.endpoints import REPLAY_PATHS
 from llmreplay.trace_format import SAMPLING_COLUMNS, TraceRecord
+from replayer.loop.answer_echo import marked
 from replayer.plan.api_bodies import API_BODIES, chat_view, tagged
 from replayer.plan.api_request import load_column
 from replayer.plan.arrays import PlannedRequest
@@ -83,10 +84,12 @@ def build_request(
     fitter: PromptFitter | None = None,
     sending: int = 0,
     history: Sequence[TraceRecord] = (),
+    echo_at: int | None = None,
 ) -> BuiltRequest:
     """The request of one planned row; with a `fitter`, synthesized prompts are fitted to the
     target's own count (replayer.plan.prompt_fit). `sending`, `history`: a chained Responses turn's
-    way of sending and the ancestors it is expanded with (replayer.plan.responses_state)."""
+    way of sending and the ancestors it is expanded with (replayer.plan.responses_state). `echo_at`:
+    the message that sends the previous turn's answer back, marked for staging's own answer."""
     path = ENDPOINT_PATHS.get(record.endpoint)
     if path is None:
         raise BadInput(f"request {record.request_id}: endpoint {record.endpoint!r} cannot be replayed")
@@ -120,6 +123,7 @@ def build_request(
             body["messages"] = content.messages()
             if fitter is not None and record.prompt_tokens is not None:
                 fitter.measure_chat(record.prompt_tokens, body["messages"], tools)
+        mark_echo(body["messages"], echo_at)
         if tools:
             body["tools"] = tools
             choice = tool_choice_field(record.tool_choice, tools)
@@ -144,6 +148,21 @@ def build_request(
         if value is not None:
             body[name] = value
     return BuiltRequest(path, _json_bytes(body), record.stream, wanted)
+
+
+def mark_echo(messages: list, echo_at: int | None) -> None:
+    """Mark the text of message `echo_at` (replayer.loop.answer_echo) when it is a plain assistant
+    answer: the loop sends staging's own answer to the previous turn in its place."""
+    if echo_at is None or not 0 <= echo_at < len(messages):
+        return
+    message = messages[echo_at]
+    if (
+        isinstance(message, dict)
+        and message.get("role") == "assistant"
+        and isinstance(message.get("content"), str)
+        and not message.get("tool_calls")
+    ):
+        message["content"] = marked(message["content"])
 
 
 def under_grammar(body: dict) -> bool:

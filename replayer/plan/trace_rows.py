@@ -19,6 +19,7 @@ from llmreplay.trace_io import iter_trace_batches, trace_files
 
 BATCH_ROWS = 4096  # a batch of a content trace is a few MB while it is read
 COLUMNS = PLANNING_COLUMNS  # arrival_time kept as int64 microseconds
+MESSAGE_COUNT = "message_count"  # derived: messages in the row's shape (llmreplay.count_units reads it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,7 @@ def read_trace_rows(path: str | os.PathLike) -> TraceRows:
             np.zeros(batch.num_rows, bool) if flags is None else flags.to_numpy(zero_copy_only=False)
         )
         table = pa.Table.from_batches([batch]).select(COLUMNS)
+        table = table.append_column(MESSAGE_COUNT, pc.list_value_length(batch.column("messages")))
         tables.append(table.set_column(1, "arrival_time", pc.cast(table.column(1), pa.int64())))
     table = pa.concat_tables(tables) if tables else _empty_table()  # chunked: combining would copy it
     has_content = np.concatenate(content) if content else np.zeros(0, bool)
@@ -66,7 +68,7 @@ def _empty_table() -> pa.Table:
     schema = trace_schema(False)
     fields = [schema.field(name) for name in COLUMNS]
     fields[1] = pa.field("arrival_time", pa.int64())
-    return pa.schema(fields).empty_table()
+    return pa.schema([*fields, pa.field(MESSAGE_COUNT, pa.int32())]).empty_table()
 
 
 def _has_content(batch: pa.RecordBatch) -> pa.Array | None:

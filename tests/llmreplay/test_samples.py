@@ -42,6 +42,7 @@ GOLDEN = sorted((SAMPLES / "golden").glob("trace-v*.parquet"))
 #         reverse); session 001 becomes `responses` (instructions in content_system, `input` message items,
 #         text.format-style content_response_format) and its turn 1 is chained: server_state
 #         previous_response_id, its input and `messages` only the new user turn (after the instructions)
+#   v1.4: v1.3's rows; counted_prompt_tokens = the sum of each row's message shapes + tool_definition_tokens
 _V1_ROWS = {
     "rows": 21,
     "first_request_id": "chatcmpl-sample-000-00",
@@ -66,6 +67,13 @@ GOLDEN_EXPECTED = {  # columns added after a file's version read as nulls, besid
         "all_null_columns": {"content_prompt"},
         "invalid_fields": {"chatcmpl-sample-002-00": ["retry_after_ms", "max_tokens"]},
         "endpoints": {"chat_completions": 16, "responses": 2, "messages": 3},
+    },
+    "trace-v1.4.parquet": {
+        **_V1_ROWS,
+        "all_null_columns": {"content_prompt"},
+        "invalid_fields": {"chatcmpl-sample-002-00": ["retry_after_ms", "max_tokens"]},
+        "endpoints": {"chat_completions": 16, "responses": 2, "messages": 3},
+        "counted_prompt_tokens_head": [658, 742, 607, 654, 736, 593],
     },
 }
 
@@ -104,6 +112,8 @@ def test_golden_file_reads_back_exactly(path):
     assert all_null == expected["all_null_columns"] | added_later  # every other column is exercised
     flagged = {r["request_id"]: r["invalid_fields"] for r in table.to_pylist() if r["invalid_fields"]}
     assert flagged == expected.get("invalid_fields", {})
+    if "counted_prompt_tokens_head" in expected:
+        assert table.column("counted_prompt_tokens").to_pylist()[:6] == expected["counted_prompt_tokens_head"]
     if "endpoints" in expected:
         assert dict(Counter(table.column("endpoint").to_pylist())) == expected["endpoints"]
     rebuilt = records_to_table(trace.records(), with_content=True)
@@ -153,7 +163,10 @@ def test_an_unknown_value_in_a_file_of_a_known_version_is_refused(path, tmp_path
     )
 
 
-@pytest.mark.parametrize("path", GOLDEN[:-1], ids=[p.name for p in GOLDEN[:-1]])
+BEFORE_MESSAGES = [p for p in GOLDEN if version_tuple(p.stem.removeprefix("trace-v")) < (1, 3)]
+
+
+@pytest.mark.parametrize("path", BEFORE_MESSAGES, ids=[p.name for p in BEFORE_MESSAGES])
 def test_an_endpoint_of_a_later_minor_in_an_older_file_names_the_version_it_needs(path, tmp_path):
     version = re.fullmatch(r"trace-v(.+)\.parquet", path.name).group(1)
     old = rewrite_golden(path, version, tmp_path, endpoint="messages")
@@ -165,9 +178,9 @@ def test_an_endpoint_of_a_later_minor_in_an_older_file_names_the_version_it_need
 
 
 def test_a_content_file_of_an_older_minor_reads_its_later_content_column_as_nulls():
-    trace = read_trace(GOLDEN[-2])
+    trace = read_trace(BEFORE_MESSAGES[-1])  # format 1.2: content_system came with 1.3
     assert trace.has_content and trace.table.column("content_system").null_count == trace.table.num_rows
-    _, batches = iter_trace_batches(GOLDEN[-2])
+    _, batches = iter_trace_batches(BEFORE_MESSAGES[-1])
     assert all(b.column("content_system").null_count == b.num_rows for b in batches)
 
 
