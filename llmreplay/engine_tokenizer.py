@@ -15,10 +15,12 @@ import time
 import urllib.parse
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from llmreplay.bounded_read import read_whole
 from llmreplay.errors import BadInput
+from llmreplay.length_calibration import SYSTEM_ROLES, LengthModel, LengthSample, fit_lengths
+from llmreplay.probe_ids import probe_headers
 from llmreplay.redaction import scrub_secrets, secret_values
 
 TIMEOUT_S = 30.0  # a whole request and its answer, however slowly the server trickles it
@@ -213,14 +215,16 @@ class JsonHttp:
             conn = self._local.conn = cls(self._host, self._port, timeout=self.timeout_s)
         return conn
 
-    def post(self, path: str, body: dict) -> dict:
+    def post(self, path: str, body: dict, purpose: str | None = None) -> dict:
+        """`purpose` names the request in its X-Request-ID (llmreplay.probe_ids); default: the path's."""
         url = f"{self.base_url.rstrip('/')}{path}"
         data = json.dumps(body).encode()
+        headers = {**self._headers, **probe_headers(purpose or path.strip("/").replace("/", "-"))}
         for attempt in (1, 2):  # a kept-alive connection the server closed is retried once
             conn = self._connection()
             deadline = time.monotonic() + self.timeout_s
             try:
-                conn.request("POST", self._root + path, data, self._headers)
+                conn.request("POST", self._root + path, data, headers)
                 answer = conn.getresponse()
                 payload = read_whole(answer, deadline, conn.sock, MAX_ANSWER_BYTES)
             except ValueError as exc:
@@ -275,44 +279,107 @@ def detect(base_url: str, model: str, api_key: str | None = None) -> EngineToken
 
 
 CALIBRATED_PREFIX = "calibrated:"
-PROBE_TOKENS = (32, 256)
+Calibration = LengthModel  # the target's count as a function of a local tokenizer's view
+# The probe set: every layout at every length (local tokens of all texts), plus tools on a few; each
+# probe asks for one output token. Bounded by PROBE_BUDGET_S in all; MIN_PROBES answers are needed.
+PROBE_LAYOUTS = (
+    ("user",),
+    ("system", "user"),
+    ("user", "assistant", "user"),
+    ("system", "user", "assistant", "user", "assistant", "user"),
+)
+PROBE_LENGTHS = (16, 48, 160, 512, 1536)
+PROBE_TOOL_CASES = ((("user",), 48), (("user",), 512), (("system", "user"), 160), (("system", "user"), 1536))
+PROBE_WORKERS = 4
+PROBE_BUDGET_S = 60.0
+MIN_PROBES = 8
 
 
 @dataclass(frozen=True)
-class Calibration:
-    """The target's count as a linear function of a local tokenizer's, from `usage.prompt_tokens`."""
+class Probe:
+    roles: tuple[str, ...]
+    tokens: int  # local tokens of all its texts together
+    tools: bool
 
-    per_token: float  # target tokens per local token
-    per_request: float  # template tokens of a one-message request
-    per_message: float  # template tokens of each further message
 
-    def as_dict(self) -> dict:
-        return {k: round(v, 4) for k, v in asdict(self).items()}
+def probe_plan() -> list[Probe]:
+    plan = [Probe(roles, n, False) for n in PROBE_LENGTHS for roles in PROBE_LAYOUTS]
+    return plan + [Probe(roles, n, True) for roles, n in PROBE_TOOL_CASES]
+
+
+def probe_body(probe: Probe, index: int, text) -> tuple[list[dict], list[dict] | None]:
+    """(messages, tools) of a probe: its tokens split unevenly over the messages (and a tool's
+    description), each text its own (no prefix shared with another probe)."""
+    parts = len(probe.roles) + probe.tools
+    weights = [1 + (index + i) % 3 for i in range(parts)]
+    sizes = [max(1, probe.tokens * w // sum(weights)) for w in weights]
+    messages = [
+        {"role": role, "content": text(n, f"probe{index}/{i}".encode())}
+        for i, (role, n) in enumerate(zip(probe.roles, sizes, strict=False))
+    ]
+    tools = None
+    if probe.tools:
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": "tool_0",
+                    "description": text(sizes[-1], f"probe{index}/tool".encode()),
+                    "parameters": {"type": "object", "properties": {"input": {"type": "string"}}},
+                },
+            }
+        ]
+    return messages, tools
 
 
 def calibrate(base_url: str, model: str, local, api_key: str | None = None) -> Calibration:
-    """Three short probe requests (max_tokens 1) against a target that has no /tokenize."""
+    """The probe set (max_tokens 1) against a target without /tokenize, its count fitted on the local
+    view (llmreplay.length_calibration). BadInput when fewer than MIN_PROBES probes were answered."""
     from llmreplay.exact_text import ExactText
 
     http_ = JsonHttp(base_url, api_key)
     text = ExactText(local).text
+    deadline = time.monotonic() + PROBE_BUDGET_S
+    failures: list[str] = []
 
-    def usage(messages: list[dict]) -> int:
-        answer = http_.post("/v1/chat/completions", {"model": model, "messages": messages, "max_tokens": 1})
+    def measure(item: tuple[int, Probe]) -> LengthSample | None:
+        index, probe = item
+        if time.monotonic() > deadline:
+            return None
+        messages, tools = probe_body(probe, index, text)
+        body = {"model": model, "messages": messages, "max_tokens": 1}
+        if tools:
+            body["tools"] = tools
         try:
-            return int(answer["usage"]["prompt_tokens"])
+            answer = http_.post("/v1/chat/completions", body, purpose="calibrate")
+        except BadInput as exc:  # one probe too long for the target, say: the others still count
+            failures.append(str(exc))
+            return None
+        try:
+            counted = int(answer["usage"]["prompt_tokens"])
         except (KeyError, TypeError, ValueError):
-            raise BadInput(f"{base_url}: a probe's answer has no usage.prompt_tokens") from None
+            failures.append(f"{base_url}: a probe's answer has no usage.prompt_tokens")
+            return None
+        return LengthSample(*_local_view(local, messages, tools), counted)
 
-    short, long = (usage([{"role": "user", "content": text(n, b"probe")}]) for n in PROBE_TOKENS)
-    per_token = (long - short) / (PROBE_TOKENS[1] - PROBE_TOKENS[0])
-    per_request = short - per_token * PROBE_TOKENS[0]
-    three = usage([{"role": r, "content": text(32, r.encode())} for r in ("user", "assistant", "user")])
-    return Calibration(per_token, per_request, (three - per_request - 96 * per_token) / 2)
+    with ThreadPoolExecutor(PROBE_WORKERS) as pool:
+        samples = [s for s in pool.map(measure, enumerate(probe_plan())) if s is not None]
+    if len(samples) < MIN_PROBES:
+        why = failures[0] if failures else f"only {len(samples)} answered within {PROBE_BUDGET_S:g} s"
+        raise BadInput(why if why.endswith("usage.prompt_tokens") else f"length calibration: {why}")
+    return fit_lengths(samples)
+
+
+def _local_view(local, messages, tools):
+    texts = [str(m.get("content") or "") for m in messages]
+    if tools:
+        texts.append(json.dumps(tools))
+    system = any(m.get("role") in SYSTEM_ROLES for m in messages)
+    return len(messages), system, bool(tools), sum(local.count(t) for t in texts), sum(map(len, texts))
 
 
 class CalibratedTokenizer:
-    """A local tokenizer whose request counts are scaled to the target's (approximate, never exact)."""
+    """A local tokenizer whose request counts are the target's as fitted (approximate, never exact)."""
 
     def __init__(self, local, calibration: Calibration, local_spec: str | None):
         self.local, self.calibration, self._local_spec = local, calibration, local_spec
@@ -321,31 +388,53 @@ class CalibratedTokenizer:
         self.encode_batch, self.vocab_size = local.encode_batch, local.vocab_size
 
     def count_chat(self, messages: list[dict], tools: list[dict] | None = None) -> int:
-        cal = self.calibration
-        local = sum(self.local.count(str(m.get("content") or "")) for m in messages)
-        if tools:
-            local += self.local.count(json.dumps(tools))
-        return round(cal.per_request + cal.per_message * (len(messages) - 1) + cal.per_token * local)
+        return round(self.calibration.predict(*_local_view(self.local, messages, tools)))
 
     def count_prompt(self, text: str) -> int:
-        return round(self.calibration.per_request + self.calibration.per_token * self.local.count(text))
+        return round(self.calibration.predict(1, False, False, self.local.count(text), len(text)))
+
+    @property
+    def step_rate(self) -> float:
+        """Target tokens per local token added to synthesized text (the prompt fitter's step size)."""
+        return self.calibration.step_rate
 
     @property
     def spec(self) -> str:
         cal = self.calibration
-        return f"{CALIBRATED_PREFIX}{cal.per_token!r}:{cal.per_request!r}:{cal.per_message!r}:{self._local_spec or ''}"
+        numbers = ",".join(repr(float(getattr(cal, t))) for t in SPEC_TERMS)
+        return f"{CALIBRATED_PREFIX}{numbers}:{self._local_spec or ''}"
+
+
+SPEC_TERMS = (
+    "per_token",
+    "per_request",
+    "per_message",
+    "per_system",
+    "per_tools",
+    "per_char",
+    "chars_per_token",
+)
 
 
 def parse_calibrated_spec(spec: str) -> tuple[Calibration, str | None]:
-    """`calibrated:A:B:C:LOCAL` -> (its calibration, the local spec or None); BadInput when malformed."""
+    """`calibrated:A,B,C,D,E,F:LOCAL` (SPEC_TERMS in order) or the older `calibrated:A:B:C:LOCAL`
+    (per token, per request, per message) -> (its calibration, the local spec or None)."""
     from llmreplay.tokenizers import parse_tokenizer_spec
 
+    rest = spec.removeprefix(CALIBRATED_PREFIX)
     try:
-        a, b, c, local_spec = spec.removeprefix(CALIBRATED_PREFIX).split(":", 3)
-        calibration = Calibration(float(a), float(b), float(c))
+        head, _, tail = rest.partition(":")
+        if "," in head:
+            values = [float(v) for v in head.split(",")]
+            if len(values) != len(SPEC_TERMS):
+                raise ValueError
+            calibration, local_spec = Calibration(**dict(zip(SPEC_TERMS, values, strict=True))), tail
+        else:
+            a, b, c, local_spec = rest.split(":", 3)
+            calibration = Calibration(per_token=float(a), per_request=float(b), per_message=float(c))
     except ValueError:
         raise BadInput(
-            f"--tokenizer {spec}: expected calibrated:PER_TOKEN:PER_REQUEST:PER_MESSAGE:LOCAL"
+            f"--tokenizer {spec}: expected calibrated:{','.join(t.upper() for t in SPEC_TERMS)}:LOCAL"
         ) from None
     parse_tokenizer_spec(local_spec or None)
     return calibration, local_spec or None

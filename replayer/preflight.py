@@ -27,6 +27,7 @@ from llmreplay.errors import BadInput
 from llmreplay.openai_wire.endpoints import REPLAY_PATHS
 from llmreplay.openai_wire.error_object import error_text
 from llmreplay.openai_wire.response import ResponseShape, summarize_json, summarize_stream
+from llmreplay.probe_ids import PROBE_ID_PREFIX, probe_headers
 from llmreplay.redaction import scrub_secrets, secret_values
 from replayer.config import ReplayConfig
 from replayer.plan.api_bodies import API_BODIES
@@ -40,7 +41,9 @@ from replayer.plan.responses_state import (
 )
 from replayer.target import TargetInfo, lookup
 
-REQUEST_ID_PREFIX = "llmreplay-preflight-"  # X-Request-Id of every preflight request: logs can drop them
+PURPOSE = "preflight"
+# X-Request-ID of every preflight request (`llmreplay-probe-preflight-<n>`): logs can drop them
+REQUEST_ID_PREFIX = f"{PROBE_ID_PREFIX}{PURPOSE}-"
 FORCED_TOKENS = 6  # the length the forcing check asks for
 CACHE_SENTENCES = 48  # ~700 tokens in common vocabularies: several prefix-cache blocks (vLLM's are 128)
 MAX_TIMEOUT_S = 10.0  # a preflight request's whole answer takes at most this long (or --read-timeout)
@@ -387,7 +390,7 @@ class _Prober:
         if self.gone is not None:
             return Answer(None, error=f"not sent: {self.gone}")
         self.sent += 1
-        headers = {**self.headers, "X-Request-Id": f"{REQUEST_ID_PREFIX}{self.sent}"}
+        headers = {**self.headers, **probe_headers(PURPOSE, self.sent)}
         request = urllib.request.Request(
             self.base_url + REPLAY_PATHS[endpoint], orjson.dumps(body), headers, method="POST"
         )

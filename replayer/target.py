@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from llmreplay.engines import BY_NAME, DEFAULT, ENGINES, Engine, Lookup, Probe
 from llmreplay.errors import BadInput
 from llmreplay.options import http_url
+from llmreplay.probe_ids import probe_headers
 
 PROBE_TIMEOUT_S = 2.0  # each engine-specific GET, once, before the clock
 
@@ -151,7 +152,8 @@ def _probe_says(url: str, api_key: str | None, probe: Probe) -> bool:
 
 
 def _request(url: str, api_key: str | None) -> urllib.request.Request:
-    request = urllib.request.Request(url, headers={"User-Agent": "llmreplay"})
+    path = urllib.parse.urlsplit(url).path.strip("/").replace("/", "-") or "root"
+    request = urllib.request.Request(url, headers={"User-Agent": "llmreplay", **probe_headers(path)})
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
     return request

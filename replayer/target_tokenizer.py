@@ -1,7 +1,8 @@
 """Which tokenizer spells the replay's prompts: the target's own when it can be asked, never a silent guess.
 
 `auto` (the default) uses the engine's /tokenize (exact, template included); without one, a
-calibration from `usage.prompt_tokens` of three probe requests (approximate). An explicit
+calibration from `usage.prompt_tokens` of a probe set (llmreplay.engine_tokenizer.calibrate; approximate,
+its error on the probes stated, and every request's measured after the run). An explicit
 `--tokenizer` is calibrated the same way. The choice and how it was made go to run.json.
 """
 
@@ -14,6 +15,7 @@ from llmreplay.errors import BadInput
 from llmreplay.tokenizers import DEFAULT_TOKENIZER, load_tokenizer
 
 AUTO = "auto"
+LENGTH_TOLERANCE = 0.02  # a replayed prompt within this share of the recorded length counts as verified
 
 
 @dataclass(frozen=True)
@@ -69,10 +71,26 @@ def choose_tokenizer(
     spec = CalibratedTokenizer(local, calibration, local_spec).spec
     what = "" if local_spec else " (the target has no /tokenize)"
     return TokenizerChoice(
-        spec,
-        "calibrated",
-        False,
-        f"prompts spelled for {name}{what}, lengths scaled by {calibration.per_token:.3f} target tokens per "
-        f"token and {calibration.per_request:.0f} template tokens, from 3 probe requests: approximate",
-        calibration.as_dict(),
+        spec, "calibrated", False, calibrated_note(name + what, calibration), calibration.as_dict()
+    )
+
+
+def calibrated_note(spelled_for: str, calibration) -> str:
+    """One line: what the calibration fitted, from how many probes, and how well it predicted them."""
+    cal = calibration
+    text = {
+        "tokens": f"{cal.per_token:.3f} target tokens per token",
+        "chars": f"{cal.per_char:.3f} target tokens per character",
+        "tokens+chars": f"{cal.per_token:.3f} per token + {cal.per_char:.3f} per character",
+    }[cal.text]
+    error = "" if cal.error_p95 is None else f", probe error p95 {cal.error_p95:.1%}"
+    verdict = (
+        f"UNVERIFIED: beyond {LENGTH_TOLERANCE:.0%}"
+        if cal.error_p95 is None or cal.error_p95 > LENGTH_TOLERANCE
+        else "approximate"
+    )
+    return (
+        f"prompts spelled for {spelled_for}, lengths fitted to the target's usage from {cal.samples} probe "
+        f"requests ({text}, {cal.per_request:.1f} template tokens + {cal.per_message:.1f} per further message"
+        f"{error}): {verdict}; measured per request after the run"
     )

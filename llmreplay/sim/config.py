@@ -21,6 +21,7 @@ from llmreplay.trace_format import DEFAULT_BLOCK_SIZE
 PROFILES_DIR = Path(__file__).parent / "profiles"
 OUTPUT_LEN_DISTS = ("fixed", "uniform", "lognormal")
 EVENT_LOOPS = ("uvloop", "asyncio")
+PROMPT_COUNTS = ("tokenizer", "chars/4")
 ERROR_STATUSES = (500, 503)
 REASONING_FIELDS = text_keys(REASONING)
 
@@ -54,6 +55,23 @@ class SimConfig:
     )
     message_overhead_tokens: int = option(
         0, type=int, check=non_negative, help="Tokens added per chat message, like a chat template."
+    )
+    prompt_count: str = option(
+        "tokenizer",
+        choices=PROMPT_COUNTS,
+        check=_one_of(PROMPT_COUNTS),
+        help="How prompt tokens are counted: by --tokenizer, or one per 4 characters of each text (rounded "
+        "up), like a server whose tokenizer the client does not have.",
+    )
+    serve_tokenize: bool = option(
+        True,
+        flags=("--no-tokenize",),
+        flag_value=False,
+        help="Serve no /tokenize or /detokenize (404), like a gateway, TensorRT-LLM or a hosted API.",
+    )
+    request_id_log: str | None = option(
+        None,
+        help="Append each request's method, path and X-Request-ID to this file, one JSON line each (for tests).",
     )
     # engine: continuous batching with an affine step-time model
     max_num_seqs: int = option(64, type=int, check=positive, help="Batch slots: sequences running at once.")
@@ -179,7 +197,7 @@ class SimConfig:
 
 FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(SimConfig)}
 # Settings that describe one run, not an engine: flags only, never a profile.
-_RUN_ONLY = ("host", "port", "log_path", "event_loop")
+_RUN_ONLY = ("host", "port", "log_path", "event_loop", "request_id_log")
 
 
 def profile_path(spec: str) -> Path:
@@ -218,6 +236,10 @@ def _coerce(where: str, type_name: str, value: object) -> object:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise BadInput(f"{where}: expected a number, got {value!r}")
         return float(value)
+    if type_name == "bool":
+        if not isinstance(value, bool):
+            raise BadInput(f"{where}: expected true or false, got {value!r}")
+        return value
     if type_name == "str":
         if not isinstance(value, str):
             raise BadInput(f"{where}: expected a string, got {value!r}")

@@ -46,7 +46,12 @@ async def serve(config: SimConfig, stop: asyncio.Event | None = None, on_listeni
     from llmreplay.sim.server import SimServer
     from llmreplay.tokenizers import load_tokenizer
 
-    tokenizer = load_tokenizer(config.tokenizer)
+    if config.prompt_count == "chars/4":
+        from llmreplay.sim.char_count import CharsPerToken
+
+        tokenizer = CharsPerToken()
+    else:
+        tokenizer = load_tokenizer(config.tokenizer)
     server = SimServer(config, tokenizer)
     # The tokenizer leaves ~60k long-lived objects; a full collection walking them stalls the
     # loop for tens of ms (measured 70 ms), so they move out of the collector's sight.

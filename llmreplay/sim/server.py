@@ -33,6 +33,7 @@ from llmreplay.sim.output_length import REASONING_HEADER, draw_reasoning_tokens,
 from llmreplay.sim.prometheus import ServerCounters, render_metrics
 from llmreplay.sim.prompt_shape import OVERHEAD_TOKEN_ID, PromptShape, prompt_shape
 from llmreplay.sim.read_stamps import ARRIVAL_KEY, claim_arrival, drop_body_stamps
+from llmreplay.sim.request_id_log import request_id_logger
 from llmreplay.sim.response_store import ResponseStore
 from llmreplay.sim.responses_request import parse_responses
 from llmreplay.sim.responses_wire import ResponsesEncoder
@@ -119,14 +120,18 @@ class SimServer:
         self._word_ids: list[list[int]] | None = None  # each VOCABULARY word's token ids
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[claim_arrival])
+        middlewares = [claim_arrival]
+        if self.config.request_id_log:
+            middlewares.append(request_id_logger(self.config.request_id_log))
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
         for endpoint, (path, _) in ROUTES.items():
             app.router.add_post(path, functools.partial(self._exchange, endpoint=endpoint))
         app.router.add_get("/v1/models", self._list_models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
-        app.router.add_post("/tokenize", self._tokenize)
-        app.router.add_post("/detokenize", self._detokenize)
+        if self.config.serve_tokenize:
+            app.router.add_post("/tokenize", self._tokenize)
+            app.router.add_post("/detokenize", self._detokenize)
         app.on_startup.append(self._on_startup)
         return app
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 MAX_ROUNDS = 4
+CALIBRATED_ROUNDS = 6  # a calibrated count is local arithmetic: a few more rounds cost no request
+MIN_RATE = 0.05  # target tokens per local token assumed at least (a degenerate calibration)
 TRUST_AFTER = 32  # a layout whose correction was right this many times in a row is trusted ...
 SAMPLE_EVERY = 8  # ... and re-counted once in this many prompts (a miss ends the trust)
 MEASURE_MAX = 1000  # recorded content counted on the target before the clock: the first this many
@@ -100,13 +102,16 @@ class PromptFitter:
 
     def _fit(self, recorded, key, spell, count):
         stats = self.stats
+        rate = getattr(self.counter, "step_rate", 1.0)
         correction = stats.corrections.get(key, 0)
+        if rate != 1.0:  # a calibrated count moves `rate` per local token: start where that lands
+            correction = round(recorded * (1 / max(rate, MIN_RATE) - 1))
         seen = self._seen[key] = self._seen.get(key, 0) + 1
         if self._streak.get(key, 0) >= TRUST_AFTER and seen % SAMPLE_EVERY:
             stats.trusted += 1  # this layout's correction held TRUST_AFTER times in a row
             return spell(correction)
         best = None
-        for round_ in range(MAX_ROUNDS):
+        for round_ in range(MAX_ROUNDS if rate == 1.0 else CALIBRATED_ROUNDS):
             body = spell(correction)
             counted = count(body)
             stats.calls += 1
@@ -118,8 +123,16 @@ class PromptFitter:
                 stats.corrections[key] = correction
                 self._streak[key] = self._streak.get(key, 0) + 1 if round_ == 0 else 0
                 return body
-            correction += miss
+            correction += self._step(miss)
         self._streak[key] = 0
         stats.off += 1
         self.stats.worst_off = max(self.stats.worst_off, abs(best[1]))
         return best[0]
+
+    def _step(self, miss: int) -> int:
+        """The correction (local tokens) that should move the target's count by `miss`."""
+        rate = getattr(self.counter, "step_rate", 1.0)
+        if rate == 1.0:
+            return miss
+        step = round(miss / max(rate, MIN_RATE))
+        return step if step else (1 if miss > 0 else -1)

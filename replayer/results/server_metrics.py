@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from llmreplay.engines import PrometheusNames
+from llmreplay.probe_ids import probe_headers
 from llmreplay.trace_arrow import TIMESTAMP_TYPE
 from replayer.compare.server_metrics import engine_series, series_summary
 from replayer.results.merge import write_parquet_atomic
@@ -98,7 +99,8 @@ class MetricsScraper:
                 break
 
     def _scrape_once(self) -> None:
-        request = urllib.request.Request(self.url, headers={"User-Agent": "llmreplay"})
+        headers = {"User-Agent": "llmreplay", **probe_headers("metrics")}
+        request = urllib.request.Request(self.url, headers=headers)
         if self._api_key:
             request.add_header("Authorization", f"Bearer {self._api_key}")
         offset_ns = time.perf_counter_ns() - self.start_ns

@@ -7,13 +7,13 @@ import pytest
 from live_processes import ProcessPool, start_sim_process
 from replay_helpers import stop_and_wait
 
-from replayer.preflight import REQUEST_ID_PREFIX
+from llmreplay.probe_ids import PROBE_ID_PREFIX
 
 
 @pytest.fixture
 def sim_with_truth(start_sim, processes, tmp_path):
     """Start a sim that logs ground truth; `truth()` stops it and returns the rows by request id
-    (the replay's own: the preflight's requests left out)."""
+    (the replay's own: the probes and preflight requests left out)."""
 
     def start(*args: str):
         log = tmp_path / f"truth-{len(processes.procs)}.parquet"
@@ -23,7 +23,7 @@ def sim_with_truth(start_sim, processes, tmp_path):
         def truth() -> dict[str, dict]:
             stop_and_wait(proc)
             rows = pq.read_table(log).to_pylist()
-            return {r["request_id"]: r for r in rows if not r["request_id"].startswith(REQUEST_ID_PREFIX)}
+            return {r["request_id"]: r for r in rows if not r["request_id"].startswith(PROBE_ID_PREFIX)}
 
         return url, truth
 
