@@ -1,0 +1,102 @@
+"""The A/A test (issue 25, deliverable 4): the same engine under the same traffic must read "no change".
+
+Production: the official openai SDK (AsyncOpenAI) sending streamed chat requests open-loop and bursty
+through `llmreplay record --session-header X-Session-Id --tokenizer <the engine's tokenizer.json>` to
+the real vLLM (prefix caching on, cached tokens in usage); the recorder stopped with SIGINT; then
+`llmreplay replay` of the recording against the same engine (sessions and think time mirrored) and
+`llmreplay compare`. Two traffic kinds (single-turn on three long shared system prompts; 3-turn
+conversations sending back the assistant's actual answers), two variants (the shape trace; a --content
+recording through `anonymize --verify`). The scenario and its measurements: aa_scenario.py (shared with
+benchmarks/aa_fidelity.py, which prints the same figures).
+
+Asserted per variant and kind: compare exits 0; TTFT/TPOT/E2E p50 replay/production within 0.9-1.1;
+cached-token share (sum cached / sum prompt tokens) within 2 points of production's; each request's
+reusable prefix (longest prefix, in the engine's own tokens, shared with any earlier request) within
+16 tokens of production's for >= 95% of requests.
+
+vLLM only: llama-server's usage carries no cached_tokens and its /tokenize takes no chat messages.
+The engine is pinned to one core, this process and everything it starts to the other.
+"""
+
+from __future__ import annotations
+
+import aa_scenario as aa
+import pytest
+from engine_client import record_figure
+
+pytestmark = [pytest.mark.engines, pytest.mark.timeout(2400)]
+
+PHASES = [(v, k) for v in aa.VARIANTS for k in aa.KINDS]
+
+
+def _llama_skip_reason(engine) -> str:
+    """Why llama-server cannot take the A/A: whether its usage reports cached prompt tokens, probed."""
+    from engine_client import http_json
+
+    body = {"model": engine.model, "max_tokens": 1, "messages": [{"role": "user", "content": "cache probe " * 300}]}
+    details = None
+    for _ in range(2):  # the second finds the first's prompt cached, if the engine says so
+        status, answer = http_json("POST", engine.url("/v1/chat/completions"), body)
+        if status != 200 or not isinstance(answer, dict):
+            return f"{engine.name} answered the cache probe with HTTP {status}"
+        details = (answer.get("usage") or {}).get("prompt_tokens_details")
+    if not details or details.get("cached_tokens") is None:
+        return (f"{engine.name}'s usage reports no prompt_tokens_details.cached_tokens (its prompt cache shows "
+                "only as timings.cache_n): no cached-token share to compare")
+    return (f"{engine.name} reports cached tokens, but the A/A measures prefixes with the engine's chat-message "
+            "/tokenize and hands the recorder its tokenizer.json; llama-server has neither")
+
+
+@pytest.fixture(scope="module")
+def aa_results(engine, tmp_path_factory) -> dict[tuple[str, str], aa.PhaseResult]:
+    if engine.name != "vllm":
+        pytest.skip(_llama_skip_reason(engine))
+    work = tmp_path_factory.mktemp(f"aa-{engine.name}")
+    with aa.pinned(engine.proc.pid):
+        results = aa.run_all(engine.base_url, engine.model, str(engine.model_dir / "tokenizer.json"), aa.FULL,
+                             work)
+    for (variant, kind), res in results.items():
+        record_figure(engine.name, f"aa_{variant}_{kind}", {
+            "compare": f"exit {res.compare_exit}: {res.compare_verdict}",
+            "p50_ratios": {m: round(v[2], 3) for m, v in res.p50.items()},
+            "cached_share": [round(res.cached_production, 4), round(res.cached_replay, 4)],
+            "prefix_within_16": round(res.prefix_within, 3),
+            "prefix_abs_diff_p50_p90": [res.prefix_diff_p50, res.prefix_diff_p90],
+        })
+    return results
+
+
+@pytest.fixture(params=PHASES, ids=[f"{v}-{k}" for v, k in PHASES])
+def phase(request, aa_results) -> aa.PhaseResult:
+    return aa_results[request.param]
+
+
+def test_production_and_replay_both_complete(phase):
+    assert phase.requests > 0 and phase.production_ok == phase.requests, phase.notes
+    assert phase.replayed == phase.requests and phase.replayed_ok == phase.replayed, (
+        phase.replay_verdict, phase.notes)
+
+
+def test_compare_reads_no_change(phase):
+    assert phase.compare_exit == 0, (phase.compare_verdict, phase.compare_reasons, phase.notes)
+
+
+@pytest.mark.parametrize("metric", ["ttft", "tpot", "e2e"])
+def test_latency_p50_ratio_is_one(phase, metric):
+    assert metric in phase.p50, (phase.compare_verdict, phase.notes)
+    production, replay, ratio = phase.p50[metric]
+    low, high = aa.RATIO_RANGE
+    assert low <= ratio <= high, f"{metric} p50 {production:.1f} ms -> {replay:.1f} ms (x{ratio:.3f})"
+
+
+def test_cached_token_share_is_production_s(phase):
+    diff = phase.cached_replay - phase.cached_production
+    assert abs(diff) <= aa.CACHED_SHARE_POINTS, (
+        f"cached share: production {phase.cached_production:.1%}, replay {phase.cached_replay:.1%}")
+
+
+def test_every_request_reuses_the_prefix_it_reused_in_production(phase):
+    assert phase.prefix_within >= aa.PREFIX_WITHIN_SHARE, (
+        f"within {aa.PREFIX_TOLERANCE_TOKENS} tokens: {phase.prefix_within:.1%} ({phase.prefix_pairs} paired of "
+        f"{phase.production_ok}); |difference| p50 {phase.prefix_diff_p50:.0f}, p90 {phase.prefix_diff_p90:.0f} "
+        f"tokens", phase.notes)
