@@ -21,12 +21,16 @@ def block_count(tokens: int, block_size: int) -> int:
 def prefix_block_hashes(token_ids: Sequence[int], block_size: int, key: bytes = b"") -> list[int]:
     """Chained hashes of the token sequence, one per (possibly partial) block, as positive int64."""
     hashes: list[int] = []
+    append, from_bytes = hashes.append, int.from_bytes
+    keyed = hashlib.blake2b(digest_size=8, key=key)  # keyed once; a copy per block is cheaper than a new key
+    data = array("I", token_ids).tobytes()  # packed once: 4 bytes a token
+    step = 4 * block_size
     previous = b""
-    for start in range(0, len(token_ids), block_size):
-        block = array("I", token_ids[start : start + block_size]).tobytes()
-        digest = hashlib.blake2b(previous + block, digest_size=8, key=key).digest()
-        hashes.append(int.from_bytes(digest, "little") & _MASK_63)
-        previous = digest
+    for start in range(0, len(data), step):
+        block = keyed.copy()
+        block.update(previous + data[start : start + step])
+        previous = block.digest()
+        append(from_bytes(previous, "little") & _MASK_63)
     return hashes
 
 
