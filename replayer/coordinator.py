@@ -29,6 +29,7 @@ from llmreplay.run_format import (
     write_run_info,
 )
 from llmreplay.tokenizers import DEFAULT_TOKENIZER
+from replayer.compare.trace_cache import read_trace_cache
 from replayer.config import SERVER_METRICS_OFF, ReplayConfig
 from replayer.loop.http_pool import parse_endpoint
 from replayer.loop.process_memory import peak_rss_mb
@@ -125,6 +126,8 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
         config.max_error_rate,
         never_attempted=ready.counts["to_send"] - result_rows,
         stop_reason=execution.stop_reason,
+        trace=read_trace_cache(config.trace_path),  # production's cache hits, against the run's
+        load={"speed": config.schedule.speed, "scale": config.schedule.scale},
     )
     if execution.scraper is not None:
         execution.scraper.write(run_dir / SERVER_METRICS_FILE)

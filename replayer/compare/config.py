@@ -13,7 +13,9 @@ from replayer.compare.gate_limits import ERROR_RATE_TOLERANCE, FidelityLimits, m
 BOOTSTRAP_DRAWS = 10_000  # cheap: each replicate is O(1) (see stats.bootstrap_quantile)
 BOOTSTRAP_SEED = 20240607
 CONFIDENCE = 0.95
-REPORT_FIELDS = frozenset({"slos", "max_dispatch_lag_p99_ns", "max_error_rate"})  # report has no baseline
+REPORT_FIELDS = frozenset(  # report has no baseline
+    {"slos", "max_dispatch_lag_p99_ns", "max_cached_share_difference", "max_error_rate"}
+)
 
 
 def parse_slos(texts: tuple[str, ...], flag: str) -> tuple:

@@ -8,9 +8,10 @@ import numpy as np
 
 from replayer.compare.gate_limits import FidelityLimits
 from replayer.compare.requests import RequestColumns
-from replayer.compare.run_fidelity import FAIL, INFO, OK, WARN, check_row
+from replayer.compare.run_fidelity import FAIL, OK, WARN, cached_share, cached_share_check, check_row
 
 LOAD_CHECK = "same load (speed, scale)"
+CACHE_BLOCK_TOKENS = 16  # one engine KV-cache block: cached counts closer than this are the same hit
 
 
 def load_check(b_load: dict, c_load: dict, same: bool, allowed: bool) -> dict:
@@ -90,35 +91,51 @@ def cross_checks(
 def _cached_share_check(
     baseline: RequestColumns, candidate: RequestColumns, limits: FidelityLimits
 ) -> dict | None:
-    """The share of prompt tokens read from the prefix cache on each side (a warning when they
-    differ), beside the share written to it where a side reports writes (Anthropic's)."""
-    shares = [_prompt_share(side, side.cached_tokens) for side in (baseline, candidate)]
-    writes = [_prompt_share(side, side.cache_write_tokens) for side in (baseline, candidate)]
-    written = "" if writes == [None, None] else f"; cache writes {_shares(writes)}"
-    if None in shares:
-        row = check_row("cached-token share", True, None)
-        return {**row, "status": INFO, "detail": _shares(shares) + written}
-    difference = abs(shares[1] - shares[0])
-    status = OK if difference <= limits.max_cached_share_difference else WARN
-    return {
-        **check_row("cached-token share (difference)", True, difference, limits.max_cached_share_difference),
-        "status": status,
-        "detail": _shares(shares)
-        + written
-        + " (the prefix cache belongs to the engine: a warning, not a failure)",
+    """The share of prompt tokens read from the prefix cache on each side (more than
+    --max-cached-share-difference apart fails), beside the share written to it where a side reports
+    writes (Anthropic's)."""
+    section = cache_section(baseline, candidate, limits)
+    return cached_share_check(
+        "cached-token share",
+        ("baseline", "candidate"),
+        [section[s]["cached_share"] for s in ("baseline", "candidate")],
+        [section[s]["write_share"] for s in ("baseline", "candidate")],
+        limits.max_cached_share_difference,
+    )
+
+
+def cache_section(baseline: RequestColumns, candidate: RequestColumns, limits: FidelityLimits) -> dict:
+    """Each side's cached-token (and cache-write) share of prompt tokens, and their difference."""
+    out = {
+        label: {
+            "cached_share": cached_share(side.success, side.prompt_tokens, side.cached_tokens),
+            "write_share": cached_share(side.success, side.prompt_tokens, side.cache_write_tokens),
+        }
+        for label, side in (("baseline", baseline), ("candidate", candidate))
     }
+    b, c = out["baseline"]["cached_share"], out["candidate"]["cached_share"]
+    out["difference"] = None if b is None or c is None else c - b
+    out["limit"] = limits.max_cached_share_difference
+    return out
 
 
-def _prompt_share(side: RequestColumns, tokens: np.ndarray) -> float | None:
-    """tokens / prompt tokens over the successful requests reporting both; None when none does."""
-    mask = side.success & np.isfinite(tokens) & np.isfinite(side.prompt_tokens)
-    total = side.prompt_tokens[mask].sum()
-    return float(tokens[mask].sum() / total) if mask.any() and total > 0 else None
-
-
-def _shares(shares: list) -> str:
-    text = ["n/a" if s is None else f"{s:.1%}" for s in shares]
-    return f"baseline {text[0]}, candidate {text[1]}"
+def cached_token_pairs(b_cached: np.ndarray, c_cached: np.ndarray) -> dict:
+    """Per paired request (same request on both sides, NaN where a side reports none): how often the
+    cached tokens differ by more than one engine block, and the p50/p90 of the absolute difference."""
+    ok = np.isfinite(b_cached) & np.isfinite(c_cached)
+    difference = c_cached[ok] - b_cached[ok]
+    if not difference.size:
+        return {"count": 0, "block_tokens": CACHE_BLOCK_TOKENS}
+    apart = np.abs(difference)
+    p50, p90 = np.percentile(apart, [50, 90])
+    return {
+        "count": int(difference.size),
+        "block_tokens": CACHE_BLOCK_TOKENS,
+        "share_differ": float((apart > CACHE_BLOCK_TOKENS).mean()),
+        "share_fewer": float((difference < -CACHE_BLOCK_TOKENS).mean()),  # the candidate cached less
+        "abs_difference_p50": float(p50),
+        "abs_difference_p90": float(p90),
+    }
 
 
 def _arrival_check(

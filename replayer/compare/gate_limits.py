@@ -12,6 +12,7 @@ from llmreplay.options import duration, option, share
 MAX_ERROR_RATE = 0.01  # engine errors / requests counted, above it a run fails the gate
 ERROR_RATE_TOLERANCE = 0.01  # candidate - baseline error share that a significant increase must exceed
 DEFAULT_MAX_DISPATCH_LAG_NS = 5_000_000
+DEFAULT_MAX_CACHED_SHARE_DIFFERENCE = 0.02  # prefix-cache hit share, absolute (2 points)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +31,12 @@ class FidelityLimits:
     max_output_token_error_p90: float = 0.05  # relative, per request
     max_input_token_error_p90: float = 0.10
     max_mix_difference: float = 0.02  # stream and tool shares, absolute
-    max_cached_share_difference: float = 0.20  # warn only: the cache belongs to the engine
+    max_cached_share_difference: float = option(
+        DEFAULT_MAX_CACHED_SHARE_DIFFERENCE,
+        help="Fidelity limit: cached prompt tokens / prompt tokens differing from the other side's "
+        "(production's, or the baseline's) by more than this makes the replay unfaithful, exit 1.",
+        **share(),
+    )
 
 
 def max_error_rate_field():

@@ -1,6 +1,7 @@
 """Was one replay run complete and faithful (every planned request sent, on time, with the recorded
-lengths)? One definition for `replay`, `report` and `compare`; a run is faithful when no check fails.
-A check is a plain dict: check, status (ok/warn/fail/info), value, limit, detail, summary."""
+lengths, reading the prefix cache as production did)? One definition for `replay`, `report` and
+`compare`; a run is faithful when no check fails. A check is a plain dict: check, status
+(ok/warn/fail/info), value, limit, detail, summary."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pyarrow.compute as pc
 
 from llmreplay.metrics import success_mask
 from replayer.compare.gate_limits import FidelityLimits
+from replayer.compare.trace_cache import TraceCache
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
 COMPLETED = "completed"
@@ -28,7 +30,10 @@ FACT_COLUMNS = (
     "completion_tokens",
     "recorded_completion_tokens",
     "host",
+    "source_request_id",
+    "cached_tokens",
 )
+CACHE_SHARE_FLAG = "--max-cached-share-difference"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +50,12 @@ class RunFacts:
     never_attempted: int = 0  # planned but without a row: stopped before its time, or its worker lost
     stop_reason: str | None = None  # run.json's: "completed", "interrupted"; None when unknown
     host: np.ndarray | None = None  # a merged multi-host run's host of each row (None: one host)
+    source_request_id: np.ndarray | None = None  # the trace request each row replays
+    cached_tokens: np.ndarray | None = None
+    cache_write_tokens: np.ndarray | None = None  # Anthropic's cache writes (run format 1.4 on)
+    trace: TraceCache | None = None  # production's cache facts of the trace replayed (None: unknown)
+    speed: float = 1.0  # the replay's --speed and --scale (run.json's)
+    scale: float = 1.0
 
     @property
     def planned(self) -> int:
@@ -55,9 +66,17 @@ class RunFacts:
         return int(self.sent.sum())
 
 
-def run_facts(table: pa.Table, never_attempted: int = 0, stop_reason: str | None = None) -> RunFacts:
-    """The facts of a results table holding at least FACT_COLUMNS."""
+def run_facts(
+    table: pa.Table,
+    never_attempted: int = 0,
+    stop_reason: str | None = None,
+    trace: TraceCache | None = None,
+    load: dict | None = None,
+) -> RunFacts:
+    """The facts of a results table holding at least FACT_COLUMNS; `trace`: what production recorded
+    of the requests (replayer.compare.trace_cache); `load`: run.json's speed and scale (stated_load)."""
     sent = np.asarray(pc.is_valid(table.column("sent_offset_ns")).to_numpy(zero_copy_only=False), dtype=bool)
+    names = table.column_names
     return RunFacts(
         sent=sent,
         success=success_mask(table) & sent,
@@ -69,6 +88,14 @@ def run_facts(table: pa.Table, never_attempted: int = 0, stop_reason: str | None
         never_attempted=max(0, int(never_attempted)),
         stop_reason=stop_reason,
         host=_hosts(table),
+        source_request_id=np.asarray(table.column("source_request_id").to_pylist(), dtype=object)
+        if "source_request_id" in names
+        else None,
+        cached_tokens=_floats(table, "cached_tokens") if "cached_tokens" in names else None,
+        cache_write_tokens=_floats(table, "cache_write_tokens") if "cache_write_tokens" in names else None,
+        trace=trace,
+        speed=float((load or {}).get("speed", 1.0)),
+        scale=float((load or {}).get("scale", 1.0)),
     )
 
 
@@ -90,9 +117,13 @@ def completeness(run_json: dict) -> tuple[int, str | None]:
     )
 
 
-def run_checks(label: str, facts: RunFacts, limits: FidelityLimits) -> list[dict]:
-    """Completed, everything sent, on time, with the recorded input and output lengths; each check
-    names its `side` (`label`)."""
+def run_checks(
+    label: str, facts: RunFacts, limits: FidelityLimits, cache_vs_trace: bool = True
+) -> list[dict]:
+    """Completed, everything sent, on time, with the recorded input and output lengths, the prefix
+    cache read as production read it (unless `cache_vs_trace` is False: a comparison with the trace
+    itself checks that), and a note when faster or heavier load shortens the prefix reuse distance;
+    each check names its `side` (`label`)."""
     checks = [_completed_check(label, facts), _unsent_check(label, facts, limits)]
     timed = facts.sent & np.isfinite(facts.dispatch_lag_ns)
     checks += _lag_checks(label, "", facts.dispatch_lag_ns[timed], limits)
@@ -111,7 +142,129 @@ def run_checks(label: str, facts: RunFacts, limits: FidelityLimits) -> list[dict
         ),
     ):
         checks.append(_token_check(label, name, facts.success, measured, recorded, limit))
-    return [{**c, "side": label} for c in checks]
+    if facts.trace is not None:
+        replayed = _replayed(facts.trace, facts.source_request_id)
+        if cache_vs_trace:
+            checks.append(_trace_cache_check(label, facts, replayed, limits))
+        trace = facts.trace
+        gaps_s = prefix_reuse_gaps_s(
+            trace.arrival_us[replayed], trace.first_block_hash[replayed], trace.has_hash[replayed]
+        )
+        checks.append(prefix_reuse_check(label, gaps_s, facts.speed, facts.scale))
+    return [{**c, "side": label} for c in checks if c is not None]
+
+
+# --- the prefix cache: the run's hit share against production's, and the reuse distance ----------
+
+
+def cached_share(success: np.ndarray, prompt_tokens: np.ndarray, tokens: np.ndarray) -> float | None:
+    """tokens / prompt tokens over the successful requests reporting both; None when none does."""
+    mask = success & np.isfinite(tokens) & np.isfinite(prompt_tokens)
+    total = prompt_tokens[mask].sum()
+    return float(tokens[mask].sum() / total) if mask.any() and total > 0 else None
+
+
+def cached_share_check(name: str, labels: tuple[str, str], shares: list, writes: list, limit: float) -> dict:
+    """The cached-token share of two sides (`labels`: the reference first): fails when both report
+    cached tokens and the shares differ by more than `limit`; an info row when a side reports none.
+    The shares written to the cache (Anthropic's) ride along in the detail where a side reports them."""
+    detail = _shares(labels, shares)
+    if writes != [None, None]:
+        detail += f"; cache writes {_shares(labels, writes)}"
+    if None in shares:
+        return {**check_row(name, True, None), "status": INFO, "detail": detail}
+    difference = abs(shares[1] - shares[0])
+    return {
+        **check_row(f"{name} (difference)", difference <= limit, difference, limit),
+        "detail": detail,
+        "summary": f"cached-token share {shares[1]:.1%} vs {labels[0]}'s {shares[0]:.1%}: "
+        f"{difference * 100:.1f} points apart > {limit * 100:g} ({CACHE_SHARE_FLAG})",
+    }
+
+
+def _shares(labels: tuple[str, str], shares: list) -> str:
+    text = ["n/a" if s is None else f"{s:.1%}" for s in shares]
+    return f"{labels[0]} {text[0]}, {labels[1]} {text[1]}"
+
+
+def _replayed(trace: TraceCache, source_ids: np.ndarray | None) -> np.ndarray:
+    """The trace rows the run replayed (all of them when the run does not say)."""
+    if source_ids is None:
+        return np.ones(trace.request_id.size, dtype=bool)
+    ids = set(source_ids.tolist())
+    return np.fromiter((r in ids for r in trace.request_id.tolist()), dtype=bool, count=trace.request_id.size)
+
+
+def _trace_cache_check(label: str, facts: RunFacts, replayed: np.ndarray, limits: FidelityLimits) -> dict:
+    """The run's cached-token share against production's over the same requests."""
+    trace, nan = facts.trace, np.full(facts.sent.size, np.nan)
+    run_cached = nan if facts.cached_tokens is None else facts.cached_tokens
+    run_writes = nan if facts.cache_write_tokens is None else facts.cache_write_tokens
+    shares = [
+        cached_share(trace.success[replayed], trace.prompt_tokens[replayed], trace.cached_tokens[replayed]),
+        cached_share(facts.success, facts.prompt_tokens, run_cached),
+    ]
+    writes = [
+        cached_share(
+            trace.success[replayed], trace.prompt_tokens[replayed], trace.cache_write_tokens[replayed]
+        ),
+        cached_share(facts.success, facts.prompt_tokens, run_writes),
+    ]
+    check = cached_share_check(
+        f"{label}: cached-token share vs production",
+        ("production", label),
+        shares,
+        writes,
+        limits.max_cached_share_difference,
+    )
+    if trace.note:
+        check["detail"] += f" ({trace.note})"
+    return check
+
+
+def prefix_reuse_gaps_s(
+    arrival_us: np.ndarray, first_block_hash: np.ndarray, has_hash: np.ndarray
+) -> np.ndarray:
+    """Each request's gap (s) to its sharer: the latest earlier request with the same first prefix-block
+    hash (chained hashes: the same first hash is the same first block). One pass in arrival order."""
+    order = np.argsort(arrival_us, kind="stable")
+    order = order[has_hash[order]]
+    last: dict[int, int] = {}
+    gaps = []
+    for at, key in zip(arrival_us[order].tolist(), first_block_hash[order].tolist(), strict=True):
+        before = last.get(key)
+        if before is not None:
+            gaps.append(at - before)
+        last[key] = at
+    return np.asarray(gaps, dtype=float) / 1e6
+
+
+def prefix_reuse_check(label: str, gaps_s: np.ndarray, speed: float, scale: float) -> dict | None:
+    """At --speed S the time between a request and the earlier one it shares a prefix with shrinks S
+    times; at --scale K, K times the requests pass through the cache in between. Either way the engine
+    may evict what production reused: a warning (an info row when the load is lighter). None at 1x."""
+    if (speed == 1 and scale == 1) or not gaps_s.size:
+        return None
+    p50 = float(np.percentile(gaps_s, 50))
+    load = [f"speed {speed:g}x"] if speed != 1 else []
+    load += [f"scale {scale:g}"] if scale != 1 else []
+    heavier = speed * scale > 1
+    detail = (
+        f"requests reuse a prefix sent {_seconds(p50)} earlier (p50) in production; at {', '.join(load)} "
+        f"that is {_seconds(p50 / speed)}"
+        + (f" with {scale:g}x the requests in between" if scale != 1 else "")
+        + ("; the engine's cache may evict what production reused" if heavier else "")
+    )
+    return {
+        **check_row(f"{label}: prefix reuse gap p50 (s)", True, p50 / speed),
+        "status": WARN if heavier else INFO,
+        "detail": detail,
+        "summary": detail,
+    }
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3g} s" if value < 100 else f"{value:,.0f} s"
 
 
 def _lag_checks(label: str, who: str, lag_ns: np.ndarray, limits: FidelityLimits) -> list[dict]:

@@ -20,6 +20,7 @@ import replayer.compare.slo as compare_slo
 import replayer.compare.stats as compare_stats
 from llmreplay.errors import BadInput
 from llmreplay.metrics import METRICS
+from llmreplay.run_format import stated_load
 from replayer.compare import run_fidelity
 from replayer.compare.apis import api_section
 from replayer.compare.buckets import buckets_section
@@ -38,6 +39,7 @@ from replayer.compare.requests import (
     time_scale,
 )
 from replayer.compare.server_metrics import run_server_metrics
+from replayer.compare.trace_cache import run_trace_cache
 from replayer.compare.verdict import verdict
 
 CDF_POINTS = 201
@@ -52,7 +54,11 @@ METRIC_DEFINITIONS = {m.name: m.definition for m in METRICS}
 def compare_sides(baseline: Side, candidate: Side, config: CompareConfig) -> dict:
     """The full comparison of candidate against baseline, restricted to the requests both contain."""
     candidate = shift_latencies(candidate, config.offset_ttft_ns)
-    run_checks = _run_checks(baseline, config) + _run_checks(candidate, config)  # each run as a whole
+    # Each run as a whole; a run's cache against its trace's unless the other side is that trace (then
+    # the cross check compares the two).
+    run_checks = _run_checks(baseline, config, candidate.kind != TRACE) + _run_checks(
+        candidate, config, baseline.kind != TRACE
+    )
     phases = {
         "cold_start": _cold_starts([baseline, candidate]),
         "drift": _drifts([baseline, candidate], config),
@@ -108,6 +114,7 @@ def compare_sides(baseline: Side, candidate: Side, config: CompareConfig) -> dic
             counts,
         ),
         "paired": _paired_section(b_req, c_req, common_b, common_c, config),
+        "cache": compare_fidelity.cache_section(b_req, c_req, config.limits),
         "load": _load_section(sides),
         "server_metrics": _server_metrics(sides),
         "cdf": {baseline.label: _cdf_points(b_all), candidate.label: _cdf_points(c_all)},
@@ -156,6 +163,7 @@ def summarize_side(side: Side, config: CompareConfig) -> dict:
         "errors": errors,
         "buckets": buckets_section(None, None, req, clusters, len(req), config.cells(), rng, side.label),
         "paired": None,
+        "cache": None,
         "load": _load_section([(side, req, scale)]),
         "server_metrics": _server_metrics([(side, req, scale)]),
         "cdf": {side.label: _cdf_points(everything)},
@@ -225,13 +233,16 @@ def soak_drift(side: Side, config: CompareConfig) -> dict | None:
     }
 
 
-def _run_checks(side: Side, config: CompareConfig) -> list[dict]:
-    """replayer.compare.run_fidelity's checks of a replay run, as `replay` itself made them; none for a trace."""
+def _run_checks(side: Side, config: CompareConfig, cache_vs_trace: bool = True) -> list[dict]:
+    """replayer.compare.run_fidelity's checks of a replay run, as `replay` itself made them (against
+    the trace run.json names, when it is still there); none for a trace."""
     if side.kind != RUN:
         return []
     never_attempted, stop_reason = run_fidelity.completeness(side.config)
-    facts = run_fidelity.run_facts(side.table, never_attempted, stop_reason)
-    return run_fidelity.run_checks(side.label, facts, config.limits)
+    facts = run_fidelity.run_facts(
+        side.table, never_attempted, stop_reason, run_trace_cache(side.config), stated_load(side.config)
+    )
+    return run_fidelity.run_checks(side.label, facts, config.limits, cache_vs_trace)
 
 
 def _fidelity(checks: list[dict]) -> dict:
@@ -342,7 +353,8 @@ def _error_side(req: RequestColumns) -> dict:
 
 
 def _paired_section(b: RequestColumns, c: RequestColumns, common_b, common_c, config: CompareConfig) -> dict:
-    """Per-request candidate/baseline ratios: does every request slow down, or only the tail?"""
+    """Per-request candidate/baseline ratios: does every request slow down, or only the tail? And the
+    cached tokens of each pair: does the candidate's cache serve the same requests?"""
     out = {"pairs": int(common_b.size), "metrics": {}}
     for name in b.latency_ns:  # the per-request metrics: a gap (ITL) has no pair
         b_vals, c_vals = b.latency_ns[name][common_b], c.latency_ns[name][common_c]
@@ -358,6 +370,10 @@ def _paired_section(b: RequestColumns, c: RequestColumns, common_b, common_c, co
             "share_faster": float((ratios < 1 - config.tolerance).mean()),
             "quantiles": np.percentile(ratios, np.linspace(0, 100, 101)).tolist(),
         }
+    out["cached_tokens"] = compare_fidelity.cached_token_pairs(
+        np.where(b.success[common_b], b.cached_tokens[common_b], np.nan),
+        np.where(c.success[common_c], c.cached_tokens[common_c], np.nan),
+    )
     return out
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from llmreplay.metrics import BY_NAME, GATING, LATENCY_METRICS, PERCENTILES
 from replayer.report.svg import Chart, Series, render_chart
-from replayer.report.terminal import drift_rows
+from replayer.report.terminal import cache_lines, drift_rows
 
 COLORS = {"baseline": "#3b6ea8", "candidate": "#d9622b", "run": "#d9622b"}
 # Paired-ratio curves, in the order of the per-request metrics of llmreplay.metrics.METRICS.
@@ -69,6 +69,7 @@ def render_html(result: dict) -> str:
         _latency_section(result, labels),
         _cdf_section(result, labels),
         _paired_section(result),
+        _cache_section(result),
         _load_section(result, labels),
         _server_metrics_section(result, labels),
         _cold_start_section(result),
@@ -363,6 +364,13 @@ def _paired_section(result: dict) -> str:
         + _table(headers, rows)
         + f"</div><div>{chart}</div></div>"
     )
+
+
+def _cache_section(result: dict) -> str:
+    lines = cache_lines(result)
+    if not lines:
+        return ""
+    return "<h2>Prefix cache</h2>" + "".join(f"<p>{escape(line)}</p>" for line in lines)
 
 
 def _load_section(result: dict, labels: list[str]) -> str:

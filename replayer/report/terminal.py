@@ -37,6 +37,7 @@ def render_terminal(result: dict, console: Console) -> None:
     _drift(result, console)
     _slos_and_goodput(result, console)
     _errors(result, console)
+    _cache(result, console)
     _fidelity(result, console)
     _footer(result, console)
 
@@ -181,6 +182,40 @@ def _errors(result: dict, console: Console) -> None:
                 f"  {escape(label)}: {message['count']:,} x {escape(message['kind'] or '')}{status}: {escape(text)}",
                 soft_wrap=True,
             )
+
+
+def _cache(result: dict, console: Console) -> None:
+    for line in cache_lines(result):
+        console.print(f"[bold]Prefix cache[/]: {escape(line)}", soft_wrap=True)
+
+
+def cache_lines(result: dict) -> list[str]:
+    """The cached-token share side by side and the per-request cached tokens of a comparison, as
+    plain lines (the HTML report shows the same); none for one run or when no side reports any."""
+    cache = result.get("cache")
+    if not cache:
+        return []
+    shares = [cache[s]["cached_share"] for s in ("baseline", "candidate")]
+    if shares == [None, None]:
+        return []
+    text = ["n/a" if s is None else f"{s:.1%}" for s in shares]
+    line = f"cached-token share baseline {text[0]} -> candidate {text[1]}"
+    if cache["difference"] is not None:
+        line += f" ({cache['difference'] * 100:+.1f} points; limit ±{cache['limit'] * 100:g})"
+    writes = [cache[s]["write_share"] for s in ("baseline", "candidate")]
+    if writes != [None, None]:
+        w = ["n/a" if s is None else f"{s:.1%}" for s in writes]
+        line += f"; cache writes baseline {w[0]} -> candidate {w[1]}"
+    lines = [line]
+    pairs = (result.get("paired") or {}).get("cached_tokens") or {}
+    if pairs.get("count"):
+        lines.append(
+            f"cached tokens per request ({pairs['count']:,} pairs): {pairs['share_differ']:.1%} differ by more "
+            f"than one block ({pairs['block_tokens']} tokens), {pairs['share_fewer']:.1%} fewer on the "
+            f"candidate; |difference| p50 {pairs['abs_difference_p50']:,.0f}, "
+            f"p90 {pairs['abs_difference_p90']:,.0f} tokens"
+        )
+    return lines
 
 
 def _fidelity(result: dict, console: Console) -> None:

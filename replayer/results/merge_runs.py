@@ -166,8 +166,17 @@ def write_merged_run(
     import pyarrow.parquet as pq
 
     from llmreplay.output_paths import publish, temp_path
-    from llmreplay.run_format import RunCounts, RunInfo, RunMachine, RunTarget, RunTrace, write_run_info
+    from llmreplay.run_format import (
+        RunCounts,
+        RunInfo,
+        RunMachine,
+        RunTarget,
+        RunTrace,
+        stated_load,
+        write_run_info,
+    )
     from replayer.compare.gate_limits import FidelityLimits
+    from replayer.compare.trace_cache import run_trace_cache
     from replayer.results.summary import summarize_file
 
     missing = missing_shards(runs)
@@ -199,6 +208,8 @@ def write_merged_run(
         float(config.get("max_error_rate", 0.01)),
         never_attempted=counts["not_sent"],
         stop_reason=stop_reason,
+        trace=run_trace_cache(first),
+        load=stated_load(first),
     )
     info = RunInfo(
         config={**config, "multihost": {**config.get("multihost", {}), "shard": None}},

@@ -26,8 +26,10 @@ from llmreplay.metrics import (
 from replayer.compare import run_fidelity
 from replayer.compare.error_gate import commonest_messages, engine_error_mask, error_counts, error_rate_check
 from replayer.compare.gate_limits import MAX_ERROR_RATE, FidelityLimits
+from replayer.compare.trace_cache import TraceCache
 from replayer.compare.verdict import verdict
 from replayer.results.percentiles import streamed_percentiles
+from replayer.results.prompt_lengths import print_prompt_lengths
 
 LAG_PERCENTILES = (50, 90, 99)
 # The per-request columns `summarize_file` reads whole; the chunk offsets are streamed for the ITL.
@@ -65,11 +67,15 @@ def summarize_file(
     max_error_rate: float = MAX_ERROR_RATE,
     never_attempted: int = 0,
     stop_reason: str | None = None,
+    trace: TraceCache | None = None,
+    load: dict | None = None,
 ) -> dict:
     """`summarize` of a run's measured rows (warm-up rows are in no verdict), holding its per-request
     columns but not every inter-chunk gap (the ITL percentiles are computed in passes over the file, exactly)."""
     table = measured_rows(pq.read_table(path, columns=list(COLUMNS)))
-    return summarize(table, limits, max_error_rate, never_attempted, stop_reason, itl_summary_ms(path))
+    return summarize(
+        table, limits, max_error_rate, never_attempted, stop_reason, itl_summary_ms(path), trace, load
+    )
 
 
 def itl_summary_ms(path: Path) -> dict:
@@ -99,10 +105,12 @@ def summarize(
     never_attempted: int = 0,
     stop_reason: str | None = None,
     itl_ms: dict | None = None,
+    trace: TraceCache | None = None,
+    load: dict | None = None,
 ) -> dict:
     """Everything the summary prints, as JSON-able values (ms for times). `never_attempted`: planned
     requests without a row (the run stopped before their time); `itl_ms`: see
-    llmreplay.metrics.latency_summary_ms."""
+    llmreplay.metrics.latency_summary_ms; `trace`, `load`: as replayer.compare.run_fidelity.run_facts takes."""
     limits = limits or FidelityLimits()
     sent = pc.is_valid(table.column("sent_offset_ns"))
     sent_table = table.filter(sent)
@@ -115,7 +123,7 @@ def summarize(
     span_s = float((end.max() - start.min()) / 1e9) if len(start) else 0.0
     completion = _ns_array(sent_table, "completion_tokens")[ok]
     lag = {**percentiles(lag_ms, LAG_PERCENTILES), "max": float(lag_ms.max()) if len(lag_ms) else None}
-    facts = run_fidelity.run_facts(table, never_attempted, stop_reason)
+    facts = run_fidelity.run_facts(table, never_attempted, stop_reason, trace, load)
     fidelity = run_fidelity.run_checks("run", facts, limits)
     kinds = np.array(table.column("error_kind").to_pylist(), dtype=object)
     counts = error_counts(kinds, facts.sent, facts.success)
@@ -198,9 +206,11 @@ def print_summary(summary: dict, console) -> None:
             soft_wrap=True,
         )
     _print_phases(summary, console)
+    print_prompt_lengths(summary.get("prompt_lengths"), console)
     for check in summary["checks"]:
-        if check["status"] == run_fidelity.FAIL:
-            console.print(f"[red]x[/] {escape(check['check'])}: {escape(check['detail'])}", soft_wrap=True)
+        mark = {run_fidelity.FAIL: "[red]x[/]", run_fidelity.WARN: "[yellow]![/]"}.get(check["status"])
+        if mark:
+            console.print(f"{mark} {escape(check['check'])}: {escape(check['detail'])}", soft_wrap=True)
     print_verdict(summary, console)
 
 

@@ -237,6 +237,7 @@ def test_results_file_that_is_not_ours(runs, tmp_path):
         (["--max-error-rate", "150%"], "--max-error-rate"),
         (["--max-dispatch-lag", "5"], "--max-dispatch-lag"),  # a unit is required: 5 what?
         (["--error-rate-tolerance", "x"], "--error-rate-tolerance"),
+        (["--max-cached-share-difference", "150%"], "must be between 0% and below 100%"),
     ],
 )
 def test_bad_flags(runs, flags, fragment):
@@ -251,3 +252,35 @@ def test_bad_run_json(runs, tmp_path):
     (tmp_path / "broken" / "run.json").write_text("{not json")
     out = invoke("report", str(tmp_path / "broken"))
     assert_bad_input(out, "run.json: not valid JSON")
+
+
+def test_a_cache_that_misses_what_production_hit_is_unfaithful_in_report_and_compare(tmp_path):
+    """Production (the trace) read 0% of its prompt tokens from the cache; a run that read half of them
+    fails `report` (against the trace its run.json names) and `compare` (against the trace or a run)."""
+    import pyarrow.compute as pc
+    from compare_fixtures import copy_run_with
+
+    small = Shape(n=300, seed=11, interval_ms=5.0)
+    ttft, tpot = latencies_ns(small, seed=1)
+    trace = write_trace_file(tmp_path / "trace.parquet", small, ttft, tpot)
+    faithful = write_run(tmp_path / "faithful", small, ttft, tpot, config={"trace": {"path": str(trace)}})
+    half = copy_run_with(
+        faithful, tmp_path / "half", "cached_tokens", lambda t: pc.divide(t.column("prompt_tokens"), 2)
+    )
+    assert invoke("report", str(faithful)).exit_code == 0
+    assert invoke("compare", str(faithful), str(faithful)).output.startswith("GO: ")
+    reported = invoke("report", str(half), "--json")
+    assert reported.exit_code == 1
+    assert "cached-token share 50.0% vs production's 0.0%: 50.0 points apart > 2" in reported.output
+    assert invoke("report", str(half), "--max-cached-share-difference", "60%").exit_code == 0
+    for baseline in (trace, faithful):
+        out = invoke("compare", str(baseline), str(half), "--json")
+        assert out.exit_code == 1, out.output
+        result = json.loads(out.output)
+        assert result["fidelity"]["unfaithful"]
+        assert result["cache"]["difference"] == pytest.approx(0.5, abs=1e-3)
+        assert result["paired"]["cached_tokens"]["share_differ"] > 0.9
+    text = invoke("compare", str(faithful), str(half)).output
+    assert (
+        "Prefix cache: cached-token share baseline 0.0% -> candidate 50.0% (+50.0 points; limit ±2)" in text
+    )
