@@ -37,3 +37,4 @@ def import_trace(source: str, file: Path, quiet: bool, **values):
         sessions = f", {summary.sessions} sessions" if summary.sessions else ""
         where = f"from {file} -> {config.output_path}"
         click.echo(f"imported {summary.requests} of {summary.rows_read} rows{sessions} {where}")
+        click.echo(f"prefix sharing: {summary.meta.extra['prefix_hashes']}")

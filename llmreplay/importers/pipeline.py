@@ -35,6 +35,16 @@ def check_config(config: ImportConfig) -> None:
     check_output_file(config.output_path, config.force, "-o")
 
 
+def sharing_note(has_hashes: bool, block_size: int) -> str:
+    """What the imported prefix sharing is worth to a replay (said in the summary and the metadata)."""
+    if not has_hashes:
+        return "absent (the source has none): replayed prompts share no prefix"
+    return (
+        f"block-accurate only: sharing known to whole {block_size}-token blocks of the source's tokenizer, "
+        f"so a replay reproduces each shared prefix to within {block_size} tokens"
+    )
+
+
 def import_trace_file(config: ImportConfig) -> ImportSummary:
     check_config(config)
     read = BY_NAME[config.source].read(config.input_path, config.block_size)
@@ -48,7 +58,7 @@ def import_trace_file(config: ImportConfig) -> ImportSummary:
         "endpoint_assumed": IMPORTED_ENDPOINT,
         "stream_assumed": IMPORTED_STREAM,
         "prompt_tokens": "whole prompt as the source counts it, conversation history included",
-        "prefix_hashes": "present" if read.has_prefix_hashes else "absent (the source has none)",
+        "prefix_hashes": sharing_note(read.has_prefix_hashes, read.block_size),
         "skipped": skip_counts(read.skipped),
         "reordered_rows": assembly.reordered_rows,
         "think_times_clamped_to_0": assembly.clamped_think_times,

@@ -41,10 +41,9 @@ def test_mooncake_round_trip_keeps_timestamps_lengths_and_hash_ids(tmp_path, nam
 @needs_shared
 def test_mooncake_import_metadata_and_tied_timestamps_keep_file_order(tmp_path):
     trace_path = tmp_path / "t.parquet"
-    assert (
-        run("import", "mooncake", str(SHARED / "conversation_trace.jsonl"), "-o", str(trace_path)).exit_code
-        == 0
-    )
+    result = run("import", "mooncake", str(SHARED / "conversation_trace.jsonl"), "-o", str(trace_path))
+    assert result.exit_code == 0
+    assert "prefix sharing: block-accurate only" in result.output and "within 512 tokens" in result.output
     trace = read_trace(trace_path)
     meta = trace.meta
     assert meta.source == "import:mooncake:conversation_trace.jsonl"
@@ -55,6 +54,7 @@ def test_mooncake_import_metadata_and_tied_timestamps_keep_file_order(tmp_path):
         "source",
     )
     assert meta.extra["hash_ids"] == "source_ids"
+    assert meta.extra["prefix_hashes"].startswith("block-accurate only")
     ids = trace.table.column("request_id").to_pylist()
     # ~90% of arrivals are tied on 3-second ticks: rows must stay in file order.
     assert ids == [f"mooncake-{n}" for n in range(1, len(ids) + 1)]
