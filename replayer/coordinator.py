@@ -131,7 +131,11 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
     )
     if execution.scraper is not None:
         execution.scraper.write(run_dir / SERVER_METRICS_FILE)
-    summary = {**summary, **_phase_summary(run_dir, ready)}
+    summary = {
+        **summary,
+        **_phase_summary(run_dir, ready),
+        "prompt_lengths": _prompt_length_report(run_dir, ready, config.trace_path),
+    }
     info = _run_info(config, ready, execution, summary, result_rows, preflight)
     info = dataclasses.replace(info, phases=_phases_info(ready, run_dir))
     write_run_info(run_dir, info)
@@ -214,12 +218,12 @@ def _prompt_lengths(
         choice = engine_tokenizer_choice(target.base_url, model, config.api_key)
     if choice is not None and console is not None and not config.quiet:
         console.print(f"prompt lengths: {choice.note}")
-    return choice
-
-
         units = trace_count_units(trace.table, trace.meta.tokenizer).note() if synthesis else None
         if units is not None:
             console.print(f"warning: {units}", markup=False, highlight=False, soft_wrap=True)
+    return choice
+
+
 def _claim(run_dir: Path) -> Path:
     """Make the run directory and its `.parts/`: a replay started into it since the check fails here."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -368,6 +372,27 @@ def _phase_summary(run_dir: Path, ready: Ready) -> dict:
     side = dataclasses.replace(side, config={"target": {"engine": ready.target.engine}})
     drift = soak_drift(side, CompareConfig())
     return {"cold_start": cold_start(side), **({"drift": drift} if drift is not None else {})}
+
+
+def _prompt_length_report(run_dir: Path, ready: Ready, trace_path) -> dict:
+    """Each replayed prompt's length as the target counted it against the recorded one, by layout."""
+    import pyarrow.parquet as pq
+
+    from llmreplay.trace_io import iter_trace_batches
+    from replayer.results.prompt_lengths import prompt_length_report
+
+    columns = [
+        "source_request_id",
+        "prompt_tokens",
+        "recorded_prompt_tokens",
+        "error_kind",
+        "http_status",
+        "warmup",
+    ]
+    results = pq.read_table(run_dir / RESULTS_FILE, columns=columns)
+    lengths = ready.lengths.as_dict() if ready.lengths is not None else None
+    _, batches = iter_trace_batches(trace_path, columns=("request_id", "messages", "tools_count"))
+    return prompt_length_report(results, batches, lengths)
 
 
 def _note_short_warmup(phases: Phases, config: ReplayConfig, console) -> None:
