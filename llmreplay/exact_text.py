@@ -157,7 +157,7 @@ class ExactText:
         """Indices into the vocabulary of the n words of `text(n_tokens, seed)`."""
         if n_tokens < 0:
             raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
-        mask = self._mask
+        mask, unpack, blake2b = self._mask, _UNPACK_DIGEST, hashlib.blake2b
         indices: list[int] = []
         counter = 0
         while len(indices) < n_tokens:

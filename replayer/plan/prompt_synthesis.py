@@ -18,14 +18,17 @@ class WordSource(Protocol):
         ...
 
 
+CACHE_WORDS = 4096 * 512  # the blocks' words kept (each a reference into the vocabulary): ~20 MB
+
+
 class BlockSpeller:
     """Spells prompt blocks; caches each block's words because shared prefixes repeat a lot."""
 
-    def __init__(self, source: WordSource, block_size: int, cache_blocks: int = 4096):
+    def __init__(self, source: WordSource, block_size: int, cache_words: int = CACHE_WORDS):
         self.source = source
         self.block_size = block_size
         self._cache: dict[int, list[str]] = {}
-        self._cache_blocks = cache_blocks
+        self._cache_blocks = max(1, cache_words // block_size)
 
     def block_words(self, seed: int) -> list[str]:
         words = self._cache.get(seed)
