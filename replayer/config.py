@@ -238,7 +238,7 @@ class ReplayConfig:
         show="auto",
         help=(
             "Tokenizer prompts are spelled for. auto: the target's own /tokenize (exact, chat template "
-            f"included), else calibrated from 3 probe requests; or {DEFAULT_TOKENIZER}, tiktoken:NAME, "
+            f"included), else calibrated from 24 probe requests; or {DEFAULT_TOKENIZER}, tiktoken:NAME, "
             "a tokenizer.json (then calibrated on the target too)."
         ),
     )
