@@ -51,12 +51,14 @@ def _ratio(p50: dict, metric: str) -> str:
 def report(res: aa.PhaseResult) -> str:
     lines = [
         f"{res.variant}/{res.kind}: {res.requests} requests ({res.production_ok} ok) in {res.production_s:.0f} s; "
-        f"replayed {res.replayed} ({res.replayed_ok} ok) in {res.replay_s:.0f} s; replay exit {res.replay_exit}",
+        f"replayed {res.replayed} ({res.replayed_ok} ok) in {res.replay_s:.0f} s; replay exit {res.replay_exit}"
+        + (f"; anonymize --verify exit {res.anonymize_exit}" if res.anonymize_exit is not None else ""),
         f"  compare exit {res.compare_exit}: {res.compare_verdict}",
         "  p50 replay/production (observer hop subtracted): "
         + ", ".join(_ratio(res.p50, m) for m in ("ttft", "tpot", "e2e")),
         "  p50 raw: " + ", ".join(_ratio(res.p50_raw, m) for m in ("ttft", "tpot", "e2e"))
-        + f"; observer hop p50 {res.observer_hop_ms_p50:.2f} ms",
+        + f"; observer hop p50 {res.observer_hop_ms_p50:.2f} ms; replay dispatch lag p99 "
+        f"{res.dispatch_lag_p99_ms:.2f} ms",
         f"  cached-token share: production {res.cached_production:.1%}, replay {res.cached_replay:.1%} "
         f"({100 * (res.cached_replay - res.cached_production):+.1f} points)",
         f"  reusable prefix within {aa.PREFIX_TOLERANCE_TOKENS} tokens of production's: {res.prefix_within:.1%} "

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import openai
 import pyarrow.parquet as pq
-from engine_client import http_json
+from engine_client import MAX_DISPATCH_LAG, http_json
 from live_processes import free_port, llmreplay_cmd, wait_http_ok
 
 from llmreplay.processes import stop_process
@@ -52,6 +52,10 @@ PREFIX_TOLERANCE_TOKENS = 16
 PREFIX_WITHIN_SHARE = 0.95
 ENGINE_CPU, CLIENT_CPU = 0, 1
 REQUEST_TIMEOUT_S = 120.0
+# The engine tests' dispatch-lag limit (engine_client.MAX_DISPATCH_LAG): the replay client shares its core
+# with the recorders and whatever else runs on the machine; the lag is measured and printed
+# (dispatch_lag_p99_ms), and what it does to latency shows in the p50 ratios the A/A asserts.
+LAG = ("--max-dispatch-lag", MAX_DISPATCH_LAG)
 STOP_WAIT_S = 90.0  # a recorder's SIGINT drain and filing
 
 
@@ -386,6 +390,7 @@ class PhaseResult:
     production_ok: int = 0
     replayed: int = 0
     replayed_ok: int = 0
+    anonymize_exit: int | None = None  # `anonymize --verify` (anonymized variant only)
     replay_exit: int | None = None
     replay_verdict: str = ""
     compare_exit: int | None = None
@@ -400,6 +405,7 @@ class PhaseResult:
     prefix_diff_p50: float = float("nan")  # |replay - production| reusable prefix, tokens
     prefix_diff_p90: float = float("nan")
     prefix_signed_p50: float = float("nan")
+    dispatch_lag_p99_ms: float = float("nan")
     observer_hop_ms_p50: float = float("nan")  # replay's TTFT minus the observer's own, per request
     production_s: float = 0.0
     replay_s: float = 0.0
@@ -411,6 +417,8 @@ class PhaseResult:
     def failures(self) -> list[str]:
         """What breaks the A/A promise (empty: "no change")."""
         bad = []
+        if self.anonymize_exit not in (None, 0):
+            bad.append(f"anonymize --verify exit {self.anonymize_exit}")
         if self.compare_exit != 0:
             bad.append(f"compare exit {self.compare_exit}: {self.compare_verdict}")
         for metric in ("ttft", "tpot", "e2e"):
@@ -443,18 +451,22 @@ def run_phase(engine_url: str, model: str, tokenizer: str, variant: str, kind: s
     trace_path = recording
     if content:
         trace_path = work / "anon.parquet"
-        done = run_cli("anonymize", str(recording), "-o", str(trace_path), "--key-file", str(work / "anon.key"),
-                       "--tokenizer", tokenizer, "--verify", "--quiet", cwd=work, timeout=600)
+        args = ("anonymize", str(recording), "-o", str(trace_path), "--key-file", str(work / "anon.key"),
+                "--tokenizer", tokenizer, "--quiet", "--force")
+        done = run_cli(*args, "--verify", cwd=work, timeout=600)
+        res.anonymize_exit = done.returncode
         if done.returncode != 0:
-            res.notes.append(f"anonymize exit {done.returncode}: {(done.stdout + done.stderr)[-1500:]}")
-            return res
+            res.notes.append(f"anonymize --verify exit {done.returncode}: {(done.stdout + done.stderr)[-600:]}")
+            # measure the rest anyway, on the same anonymization unverified
+            if run_cli(*args, cwd=work, timeout=600).returncode != 0:
+                return res
 
     run_dir, observed = work / "run", work / "observed"
     t0 = time.monotonic()
     with recorder(engine_url, observed, content=True, tokenizer=tokenizer, work=work, name="observer") as url:
         span = max(i.offset_s + sum(t.think_s for t in i.turns) for i in items)
         replay = run_cli("replay", str(trace_path), "--target", url, "-o", str(run_dir),
-                         "--session-header", SESSION_HEADER, "--quiet", cwd=work, timeout=span + 900)
+                         "--session-header", SESSION_HEADER, *LAG, "--quiet", cwd=work, timeout=span + 900)
     res.replay_s = time.monotonic() - t0
     res.replay_exit = replay.returncode
     res.replay_verdict = (replay.stdout.strip().splitlines() or [""])[-1]
@@ -467,9 +479,9 @@ def run_phase(engine_url: str, model: str, tokenizer: str, variant: str, kind: s
     # gateway's clock) does not: the gate subtracts that hop as measured per request (--offset-ttft); the
     # raw comparison is kept beside it.
     offset = f"{max(0.0, res.observer_hop_ms_p50):.3f}ms" if math.isfinite(res.observer_hop_ms_p50) else "0s"
-    compare = run_cli("compare", str(trace_path), str(run_dir), "--offset-ttft", offset, "--json", cwd=work,
-                      timeout=600)
-    raw = run_cli("compare", str(trace_path), str(run_dir), "--json", cwd=work, timeout=600)
+    compare = run_cli("compare", str(trace_path), str(run_dir), "--offset-ttft", offset, *LAG, "--json",
+                      cwd=work, timeout=600)
+    raw = run_cli("compare", str(trace_path), str(run_dir), *LAG, "--json", cwd=work, timeout=600)
     res.compare_exit = compare.returncode
     try:
         doc = json.loads(compare.stdout)
@@ -496,6 +508,8 @@ def measure(res: PhaseResult, engine_url: str, model: str, sent: list[Sent], tra
     res.replayed, res.replayed_ok = len(results), sum(_ok(r) for r in results)
     res.cached_production = cached_share(trace)
     res.cached_replay = cached_share(results)
+    res.dispatch_lag_p99_ms = _pct([r["dispatch_lag_ns"] / 1e6 for r in results
+                                    if r.get("dispatch_lag_ns") is not None], 99)
 
     # production's request k -> the replayed trace's row -> its results row -> what the observer saw sent
     # (the observer's other rows are the replay's preflight probes)
@@ -539,12 +553,26 @@ def words_per_token(engine_url: str, model: str) -> float:
     return 2000 / max(1, n)
 
 
+def warm_up(engine_url: str, model: str, words_per_token: float, requests: int = 12) -> None:
+    """Prompts of 100 to 3,500 tokens, 4 at a time, before any phase: the engine's first minutes after its
+    start are slower (first-use kernels of each batch shape), and an A/A must not hand that to production."""
+    rng = random.Random("aa-warm-up")
+    lengths = [round(100 + k * 3400 / (requests - 1)) for k in range(requests)]
+    items = [Item(f"w{k}", 0.0, f"Warm-up {k}. " + words(rng, round(n * words_per_token)),
+                  [Turn("go", 32)]) for k, n in enumerate(lengths)]
+    for start in range(0, requests, 4):
+        drive(engine_url, model, items[start:start + 4])
+
+
 def run_all(engine_url: str, model: str, tokenizer: str, sizes: Sizes, work: Path,
             variants=VARIANTS, kinds=KINDS, log=print) -> dict[tuple[str, str], PhaseResult]:
     """Every variant x kind, one after the other (each phase with its own seed: cold prefixes)."""
     wpt = words_per_token(engine_url, model)
     if not math.isfinite(wpt) or wpt <= 0:
         raise RuntimeError(f"words per token {wpt}")
+    t0 = time.monotonic()
+    warm_up(engine_url, model, wpt)
+    log(f"[aa] engine warmed up in {time.monotonic() - t0:.0f} s")
     out = {}
     for v, variant in enumerate(variants):
         for k, kind in enumerate(kinds):

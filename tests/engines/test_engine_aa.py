@@ -77,6 +77,12 @@ def test_production_and_replay_both_complete(phase):
         phase.replay_verdict, phase.notes)
 
 
+def test_the_anonymized_trace_passes_its_own_verification(phase):
+    if phase.variant != "anonymized":
+        pytest.skip("the shape variant anonymizes nothing")
+    assert phase.anonymize_exit == 0, phase.notes
+
+
 def test_compare_reads_no_change(phase):
     assert phase.compare_exit == 0, (phase.compare_verdict, phase.compare_reasons, phase.notes)
 
