@@ -226,6 +226,7 @@ def write_trace_file(path: Path, shape: Shape, ttft_ns: np.ndarray, tpot_ns: np.
         "reasoning_ns": [0] * n,
         "cache_write_tokens": [None] * n,
         "server_state": [None] * n,
+        "counted_prompt_tokens": a["prompt_tokens"].tolist(),
     }
     from llmreplay.trace_arrow import trace_schema
 
