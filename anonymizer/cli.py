@@ -39,7 +39,7 @@ def anonymize(in_trace, verify, as_json, quiet, **values):
     if verify:
         from anonymizer.verify import verify_anonymized
 
-        report = verify_anonymized(config.input_path, config.output_path, result.tokenizer_id, result.mode)
+        report = verify_anonymized(config.input_path, config.output_path, result.tokenizer_spec, result.mode)
     if as_json:
         payload = result.to_json()
         if report is not None:

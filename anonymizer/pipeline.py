@@ -57,6 +57,7 @@ class AnonymizeResult:
     output_path: Path
     tokenizer_id: str
     mode: str
+    tokenizer_spec: str | None  # what loaded it (the id of a tokenizer.json is not a path): verify loads it too
     generated_key_file: Path | None = None
     rows: int = 0
     content_rows: int = 0
@@ -118,7 +119,8 @@ def anonymize_trace(config: AnonymizeConfig) -> AnonymizeResult:
     exact = ExactText(tokenizer)
     key, generated = _resolve_key(config.key_file, out)
     fakes = Fakes(tokenizer, exact, Rekeyer(key))
-    result = AnonymizeResult(out, tokenizer.id, config.prefix_sharing, generated_key_file=generated)
+    spec = config.tokenizer if config.tokenizer is not None else meta.tokenizer
+    result = AnonymizeResult(out, tokenizer.id, config.prefix_sharing, spec, generated_key_file=generated)
     out_meta = _output_meta(meta, config, tokenizer, exact, with_content)
     started, started_cpu = time.perf_counter(), time.process_time()
     _, batches = iter_trace_batches(config.input_path, batch_size=config.batch_rows)

@@ -405,3 +405,22 @@ def _run_group(args, expected, tmp_path):
         result.output
     )
     assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
+
+
+def test_verify_loads_a_tokenizer_json_the_trace_names_by_id(tmp_path, traces, key_file):
+    """A recording counted with a tokenizer.json names it by id (not a path): --verify loads the file given."""
+    import tokenizer_families
+
+    from llmreplay.tokenizers import load_tokenizer as load
+
+    path = tokenizer_families.byte_level_bpe(tmp_path)
+    record = traces.make_record(0, [{"role": "user", "content": "Where is my parcel, Ms Jane Doe?"}])
+    meta = TraceMeta(source="gateway", block_size=16, tokenizer=load(str(path)).id, content=True)
+    trace = write_trace(tmp_path / "t.parquet", [record], meta)
+    assert not meta.tokenizer.endswith(".json")  # an id such as hf:byte-level-bpe-32k.json#<digest>
+    result = CliRunner().invoke(
+        anonymize,
+        [str(trace), "-o", str(tmp_path / "a.parquet"), "--key-file", str(key_file), "--tokenizer", str(path),
+         "--verify", "--quiet"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
