@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import http.client
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -21,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llmreplay import __version__
-from llmreplay.bounded_read import read_whole
+from llmreplay.bounded_read import AnswerTooLarge, CrossOriginRedirect, error_body, fetch
 from llmreplay.engines import BY_NAME, Engine
 from llmreplay.errors import BadInput
 from llmreplay.openai_wire.endpoints import REPLAY_PATHS
@@ -395,10 +394,14 @@ class _Prober:
             self.base_url + REPLAY_PATHS[endpoint], orjson.dumps(body), headers, method="POST"
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                status, raw = response.status, read_whole(response, time.monotonic() + self.timeout_s)
+            response, raw = fetch(request, self.timeout_s)
+            status = response.status
+        except AnswerTooLarge as exc:
+            raise BadInput(str(exc)) from None
+        except CrossOriginRedirect as exc:
+            raise BadInput(f"{request.full_url}: HTTP {exc.code} {exc.reason}") from None
         except urllib.error.HTTPError as exc:
-            status, raw = exc.code, _body_of(exc)
+            status, raw = exc.code, error_body(exc, self.timeout_s)
         except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", None) or exc
             self.gone = f"the target did not answer preflight request {self.sent} ({self._line(str(reason))})"
@@ -429,13 +432,6 @@ class _Prober:
     def _line(self, text: str) -> str:
         text = scrub_secrets(" ".join(text.split()), self.secrets)
         return text if len(text) <= 160 else text[:157] + "..."
-
-
-def _body_of(exc: urllib.error.HTTPError) -> bytes:
-    try:
-        return exc.read()
-    except (OSError, http.client.HTTPException):
-        return b""
 
 
 def _request(

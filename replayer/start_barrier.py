@@ -14,6 +14,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from llmreplay.bounded_read import open_url
 from llmreplay.errors import BadInput
 
 POLL_S = 0.05
@@ -150,7 +151,7 @@ def _exchange(url: str, body: bytes | None, flag_url: str) -> tuple[int, dict]:
     request = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET")
     request.add_header("Content-Type", "application/json")
     try:
-        with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 (http only)
+        with open_url(request, 5) as response:  # redirects to another origin refused
             return response.status, _json(response.read(MAX_BODY))
     except urllib.error.HTTPError as error:
         return error.code, _json(error.read(MAX_BODY))

@@ -15,6 +15,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
+from llmreplay.bounded_read import AnswerTooLarge, AnswerTooSlow, fetch
 from llmreplay.engines import BY_NAME, DEFAULT, ENGINES, Engine, Lookup, Probe
 from llmreplay.errors import BadInput
 from llmreplay.options import http_url
@@ -55,11 +56,16 @@ def check_resolves(url: str, flag: str = "--target") -> None:
 
 
 def _fetch(request: urllib.request.Request, timeout_s: float) -> tuple[http.client.HTTPResponse, bytes]:
-    """urlopen and read the whole body; every malformed answer (bad status line, huge or too many
-    headers, a short body, not HTTP at all) raises ProbeFailed with a one-line reason."""
+    """The whole body within `timeout_s` all told (llmreplay.bounded_read: redirects to another origin
+    refused); every malformed answer (bad status line, huge or too many headers, a short body, not
+    HTTP at all, too slow) raises ProbeFailed with a one-line reason; an answer past the size bound is
+    BadInput whatever the caller does with a failed probe (an endless body is no engine's answer)."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return response, response.read()
+        return fetch(request, timeout_s)
+    except AnswerTooLarge as exc:
+        raise BadInput(str(exc)) from None
+    except AnswerTooSlow as exc:
+        raise ProbeFailed(str(exc)) from None
     except urllib.error.HTTPError as exc:
         raise ProbeFailed(f"HTTP {exc.code} {exc.reason}") from None
     except urllib.error.URLError as exc:

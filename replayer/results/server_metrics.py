@@ -5,6 +5,7 @@ for run.json's summary (replayer.compare.server_metrics, which also reads them f
 
 from __future__ import annotations
 
+import http.client
 import threading
 import time
 import urllib.error
@@ -13,11 +14,15 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from llmreplay.bounded_read import MAX_ANSWER_BYTES, fetch
 from llmreplay.engines import PrometheusNames
 from llmreplay.probe_ids import probe_headers
 from llmreplay.trace_arrow import TIMESTAMP_TYPE
 from replayer.compare.server_metrics import engine_series, series_summary
 from replayer.results.merge import write_parquet_atomic
+
+MAX_METRICS_BYTES = MAX_ANSWER_BYTES  # one scrape's answer; past it the scrape is a counted failure
+MIN_SCRAPE_TIMEOUT_S = 0.2
 
 SERVER_METRICS_SCHEMA = pa.schema(
     [
@@ -105,10 +110,10 @@ class MetricsScraper:
             request.add_header("Authorization", f"Bearer {self._api_key}")
         offset_ns = time.perf_counter_ns() - self.start_ns
         wall_us = time.time_ns() // 1000
-        try:
-            with urllib.request.urlopen(request, timeout=self.interval_ns / 1e9) as response:
-                text = response.read().decode("utf-8", "replace")
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+        try:  # the whole answer within one interval and the size bound, or a counted failure
+            _, body = fetch(request, max(self.interval_ns / 1e9, MIN_SCRAPE_TIMEOUT_S), MAX_METRICS_BYTES)
+            text = body.decode("utf-8", "replace")
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
             self.failures += 1
             self.last_error = str(exc)[:200]
             return

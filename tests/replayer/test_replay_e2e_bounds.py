@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import threading
 import time
 
 import orjson
 import pytest
+from hostile_target import LoopServer
 from replay_helpers import ROOT, content_record, replay_cmd, results, run_info, write_content_trace
 
 pytestmark = pytest.mark.e2e  # every test here starts processes
@@ -20,45 +20,14 @@ TRICKLE_MAX_S = 60.0  # the server's own bound: it never holds a connection long
 DURATION_S, GRACE_S = 3.0, 3.0
 
 
-class TrickleServer:
+class TrickleServer(LoopServer):
     """HTTP/1.1 on 127.0.0.1 in a thread of the test: /v1/models answers at once; a chat request
     gets a 200 event-stream head, then one byte (an SSE comment) every TRICKLE_INTERVAL_S."""
 
     def __init__(self):
+        super().__init__(name="trickle-server")
         self.arrivals_ns: list[int] = []  # perf_counter_ns of each chat request's head
         self.closed_by_client = 0
-        self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="trickle-server", daemon=True)
-
-    def __enter__(self) -> TrickleServer:
-        self._thread.start()
-        assert self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        assert not self._thread.is_alive()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
-        self.port = server.sockets[0].getsockname()[1]
-        self._ready.set()
-        try:
-            self._loop.run_forever()
-        finally:
-            server.close()
-            for task in asyncio.all_tasks(self._loop):
-                task.cancel()
-            self._loop.run_until_complete(asyncio.sleep(0))
-            self._loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         streaming = False  # idle keep-alive connections (warm-up, the probe) end quietly
