@@ -21,7 +21,7 @@ from llmreplay.bounded_read import read_whole
 from llmreplay.errors import BadInput
 from llmreplay.length_calibration import SYSTEM_ROLES, LengthModel, LengthSample, fit_lengths
 from llmreplay.probe_ids import probe_headers
-from llmreplay.redaction import scrub_secrets, secret_values
+from llmreplay.redaction import scrubbed_excerpt, secret_values
 
 TIMEOUT_S = 30.0  # a whole request and its answer, however slowly the server trickles it
 DETECT_TIMEOUT_S = 3.0  # asking whether the target has /tokenize at all
@@ -236,17 +236,17 @@ class JsonHttp:
                     raise BadInput(f"{url}: the engine did not answer ({exc})") from None
                 continue
             if answer.status != 200:
-                said = self._said(payload[:200])
+                said = self._said(payload)[:200]
                 raise BadInput(f"{url}: HTTP {answer.status} {said!r}")
             try:
                 return json.loads(payload)
             except ValueError:
-                raise BadInput(f"{url}: the answer is not JSON ({self._said(payload[:80])!r})") from None
+                raise BadInput(f"{url}: the answer is not JSON ({self._said(payload)[:80]!r})") from None
         raise AssertionError("unreachable")
 
     def _said(self, raw: bytes) -> str:
         """What the server answered, with the key and anything credential-like blanked (it may echo them)."""
-        return scrub_secrets(raw.decode("utf-8", "replace"), self._secrets)
+        return scrubbed_excerpt(raw[:65536].decode("utf-8", "replace"), self._secrets)
 
 
 def parse_engine_spec(spec: str) -> tuple[str, str, str]:

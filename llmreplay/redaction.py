@@ -8,6 +8,7 @@ that look like credentials whoever they belong to (`sk-...` keys, bearer tokens,
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Iterable
 
 REDACTED = "[redacted]"
@@ -58,3 +59,33 @@ def scrub_secrets(text: str, known: Iterable[str] = ()) -> str:
     for pattern in _PATTERNS:
         text = pattern.sub(lambda m: m.group(1) + REDACTED, text)
     return text
+
+
+_JSON_SLASH = re.compile(r"\\+/")
+_JSON_UNICODE = re.compile(r"\\u([0-9a-fA-F]{4})")
+_PERCENT = re.compile(r"%[0-9a-fA-F]{2}")
+
+
+def decoded(text: str) -> str:
+    """`text` with the encodings a server may wrap an echoed key in undone, so the scrub sees the key
+    whole: JSON's `\\/` and `\\uXXXX` escapes (a quote, backslash or control character stays escaped: the
+    text stays the JSON it was) and percent-encoding."""
+    text = _JSON_SLASH.sub("/", text)
+    text = _JSON_UNICODE.sub(_unicode, text)
+    if _PERCENT.search(text) is not None:
+        text = urllib.parse.unquote(text, errors="replace")
+    return text
+
+
+def _unicode(match: re.Match) -> str:
+    char = chr(int(match.group(1), 16))
+    return match.group(0) if char in "\"\\" or char < " " or "\ud800" <= char <= "\udfff" else char
+
+
+def scrubbed_excerpt(text: str, known: Iterable[str] = (), max_bytes: int | None = None) -> str:
+    """What an answer said, safe to show or store: decoded, then scrubbed, then cut to `max_bytes` of
+    UTF-8 (in that order: a key escaped or straddling the cut is blanked whole, not shown in part)."""
+    text = scrub_secrets(decoded(text), known)
+    if max_bytes is None or len(text) <= max_bytes // 4:
+        return text
+    return text.encode()[:max_bytes].decode("utf-8", "ignore")

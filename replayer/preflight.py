@@ -27,7 +27,7 @@ from llmreplay.openai_wire.endpoints import REPLAY_PATHS
 from llmreplay.openai_wire.error_object import error_text
 from llmreplay.openai_wire.response import ResponseShape, summarize_json, summarize_stream
 from llmreplay.probe_ids import PROBE_ID_PREFIX, probe_headers
-from llmreplay.redaction import scrub_secrets, secret_values
+from llmreplay.redaction import scrubbed_excerpt, secret_values
 from replayer.config import ReplayConfig
 from replayer.plan.api_bodies import API_BODIES
 from replayer.plan.request_builder import length_fields, sent_model, tool_choice_field, under_grammar
@@ -430,7 +430,7 @@ class _Prober:
         return Answer(status, shape)
 
     def _line(self, text: str) -> str:
-        text = scrub_secrets(" ".join(text.split()), self.secrets)
+        text = scrubbed_excerpt(" ".join(text.split()), self.secrets)
         return text if len(text) <= 160 else text[:157] + "..."
 
 

@@ -23,6 +23,9 @@ from replayer.loop.sse import SseStream
 
 ERROR_BODY_LIMIT_BYTES = 65_536
 ERROR_EXCERPT_BYTES = 2_048  # of an error response's body, kept as the request's error_detail
+# read past the excerpt so that a key straddling its cut (escaped, percent-encoded) is still whole when
+# the spool decodes and scrubs it (llmreplay.redaction.scrubbed_excerpt), and only then cuts
+ERROR_KEPT_BYTES = ERROR_EXCERPT_BYTES + 8_192
 NEVER_NS = 1 << 62
 PARSE_SLICE_NS = 250_000  # parse stashed reads this long, then let the loop poll sockets again
 _HEAD, _ERROR, _SSE, _WHOLE, _DONE = range(5)
@@ -369,8 +372,8 @@ class ClientExchange:
         elif state == _WHOLE:
             self._body.append(body)
         elif state == _ERROR:
-            if self._body_bytes < ERROR_EXCERPT_BYTES:
-                self._body.append(body[: ERROR_EXCERPT_BYTES - self._body_bytes])
+            if self._body_bytes < ERROR_KEPT_BYTES:
+                self._body.append(body[: ERROR_KEPT_BYTES - self._body_bytes])
             self._body_bytes += len(body)
             if self._body_bytes > ERROR_BODY_LIMIT_BYTES:
                 self._end(False, self._read_ns)  # enough of an error page; do not read megabytes of it

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from llmreplay.output_paths import publish
-from llmreplay.redaction import scrub_secrets
-from replayer.loop.client import Outcome
+from llmreplay.redaction import scrubbed_excerpt
+from replayer.loop.client import ERROR_EXCERPT_BYTES, Outcome
 from replayer.loop.helper_threads import yield_to_loop
 
 SPOOL_BATCH = 32
@@ -28,12 +28,13 @@ _DETAIL = _KEPT.index("error_detail")
 
 def fields(index: int, due_ns: int, outcome: Outcome | None, secrets: tuple[str, ...] = ()) -> tuple:
     """A finished request as plain values; `outcome` None: shed by the client. The error detail is
-    scrubbed of `secrets` (and anything credential-like) here, before it can reach the disk."""
+    decoded, scrubbed of `secrets` (and anything credential-like) and only then cut to the excerpt,
+    here, before it can reach the disk."""
     if outcome is None:
         return (index, due_ns)
     values = [getattr(outcome, name) for name in _KEPT]
     if values[_DETAIL] is not None:
-        values[_DETAIL] = scrub_secrets(values[_DETAIL], secrets)
+        values[_DETAIL] = scrubbed_excerpt(values[_DETAIL], secrets, ERROR_EXCERPT_BYTES)
     chunks = values[_CHUNKS]
     if chunks is not None:
         values[_CHUNKS] = (chunks if isinstance(chunks, array) else array("q", chunks)).tobytes()
