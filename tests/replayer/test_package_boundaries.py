@@ -21,7 +21,7 @@ HEAVY = ("numpy", "pyarrow", "tokenizers", "tiktoken", "mistral_common", "faker"
 # room -> the modules of other replayer rooms it may import ("plan.*": the whole room).
 ALLOWED = {
     "loop": {"plan.arrays", "plan.sessions"},
-    "plan": {"config", "loop.request_file", "loop.process_memory", "loop.http_pool"},
+    "plan": {"config", "loop.request_file", "loop.answer_echo", "loop.process_memory", "loop.http_pool"},
     "results": {"plan.*", "loop.*", "compare.*"},
     "compare": {"report.*"},
     "report": set(),
