@@ -52,9 +52,11 @@ def fits(name: str, value: object) -> bool:
 
 
 def bounded_row(row: dict) -> dict:
-    """`row` with every nullable value its column cannot take replaced by None and named in invalid_fields.
+    """`row` with every nullable value its column cannot take replaced by None and named in invalid_fields;
+    an integer out of a required integer column's range (32,768 tools in an int16 count) is clamped to
+    it and named the same way.
 
-    Raises UnwritableRow when a required column is missing or out of range.
+    Raises UnwritableRow when a required column is missing or holds a value of the wrong kind.
     """
     invalid = list(row.get(INVALID_FIELDS) or ())
     for name, (check, nullable) in _RULES.items():
@@ -68,8 +70,12 @@ def bounded_row(row: dict) -> dict:
         if check(value):
             continue
         if not nullable:
-            raise UnwritableRow(f"column '{name}': value {_preview(value)} out of range")
-        row[name] = None
+            bounds = _CLAMPS.get(name)
+            if bounds is None or type(value) is not int:
+                raise UnwritableRow(f"column '{name}': value {_preview(value)} out of range")
+            row[name] = min(max(value, bounds[0]), bounds[1])
+        else:
+            row[name] = None
         if name not in invalid:
             invalid.append(name)
     if invalid:
@@ -143,3 +149,5 @@ _ITEM_CHECKS: dict[str, Check] = {
     "chunk_offsets_ns": _int_check(0, UPPER_BOUNDS["chunk_offsets_ns"]),
 }
 _RULES: dict[str, tuple[Check, bool]] = {c.name: (_value_check(c.name, c.type), c.nullable) for c in COLUMNS}
+# required integer columns: a value out of range is clamped into it (and named in invalid_fields)
+_CLAMPS = {c.name: int_range(c.name, c.type) for c in COLUMNS if not c.nullable and c.type in INT_BITS}

@@ -147,6 +147,8 @@ class Recorder:
             rotate_s=config.rotate_seconds,
             rotate_bytes=config.rotate_bytes,
             stats_interval_s=config.stats_interval_s,
+            max_request_bytes=config.max_request_bytes,
+            spool_limit_bytes=config.spool_limit_bytes,
         )
         self.converter = ConverterSupervisor(spec)
         self.converter.start()
@@ -256,7 +258,7 @@ class Recorder:
         if api_key:  # hashed here, so the journal never holds the key itself
             cap.api_key_hash = self._api_key_hash(api_key)
         cap.session_value = found.get(self._session_header)
-        cap.request_encoded = b"content-encoding" in found
+        cap.request_encoding = found.get(b"content-encoding")
         self.live[flow.id] = cap
 
     def request(self, flow: http.HTTPFlow) -> None:
@@ -270,9 +272,7 @@ class Recorder:
             cap.request_error = (
                 "request body was streamed by mitmproxy (stream_large_bodies is set), so not parsed"
             )
-        elif cap.request_encoded:
-            cap.request_body = request.get_content(strict=False)  # rare; decoding here is the only option
-        else:
+        else:  # as received: a compressed body is decoded in the converter, bounded (recorder/decoding.py)
             cap.request_body = request.raw_content
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:

@@ -22,7 +22,7 @@ class Capture:
         "arrival_unix_ns",
         "request_body",
         "request_error",
-        "request_encoded",
+        "request_encoding",
         "api_key_hash",
         "session_value",
         "status",
@@ -54,7 +54,7 @@ class Capture:
         self.arrival_unix_ns = arrival_unix_ns  # wall-clock anchor, for arrival_time only
         self.request_body: bytes | None = None
         self.request_error: str | None = None
-        self.request_encoded = False  # the request body has a content-encoding
+        self.request_encoding: str | None = None  # the request body's content-encoding, decoded in the converter
         self.api_key_hash: str | None = None  # keyed at once: the key itself never leaves the flow
         self.session_value: str | None = None
         self.status: int | None = None

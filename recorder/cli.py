@@ -45,10 +45,12 @@ def record(**values):
     from llmreplay.output_paths import check_output_dir
     from recorder.embedded import run_recorder
     from recorder.keys import load_or_create_key
+    from recorder.spool import check_spool_dir
 
     run = options.build(RecordRun, values)
     config = run.recorder.validated()
     check_output_dir(config.out, "-o")
+    check_spool_dir(config.out, "-o")
     check_output_dir(run.confdir, "--confdir")
     load_or_create_key(config.key_file)  # the policy of llmreplay.key_files, checked before the proxy starts
     _check_listen(run.listen_host, run.listen_port)

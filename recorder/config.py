@@ -13,6 +13,7 @@ from llmreplay.errors import BadInput
 from llmreplay.options import duration_s, option
 from llmreplay.tokenizers import DEFAULT_TOKENIZER, parse_tokenizer_spec
 from llmreplay.trace_format import RECORDED_BLOCK_SIZE
+from recorder.decoding import MAX_DECODED_BYTES
 
 DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/messages")
 DEFAULT_KEY_FILE = "~/.config/llmreplay/recorder.key"
@@ -85,6 +86,13 @@ class RecorderConfig:
     stats_interval_s: float = option(
         60.0, flags=("--stats-interval",), help="Log counters and loop lag this often.", **duration_s()
     )
+    max_request_bytes: int = option(
+        MAX_DECODED_BYTES,
+        type=int,
+        help="Request body bytes parsed per request, as decoded (a compressed body is decoded in the converter, "
+        "bounded by this and a ratio cap); a bigger one is forwarded untouched and filed with invalid_fields "
+        "'request_body_over_limit'.",
+    )
     max_capture_bytes: int = option(
         16 * 1024 * 1024,
         cli=False,
@@ -107,6 +115,8 @@ class RecorderConfig:
             raise BadInput(f"--key-file {self.key_file}: must live outside the output directory {self.out}")
         if self.block_size <= 0:
             raise BadInput(f"--block-size {self.block_size}: must be a positive number of tokens")
+        if self.max_request_bytes <= 0:
+            raise BadInput(f"--max-request-bytes {self.max_request_bytes}: must be positive")
         if self.max_sessions <= 0:
             raise BadInput(f"--max-sessions {self.max_sessions}: must be positive")
         if not 0 < self.flush_interval_s <= 1.0:

@@ -2,7 +2,10 @@
 
 Started by the proxy (multiprocessing, spawn). It first recovers what a dead converter or a dead
 run left behind, then tails the live journal until the proxy's end-of-run marker. It never talks
-to the network and ignores SIGINT/SIGTERM: the proxy decides when recording ends.
+to the network. It ignores SIGINT (Ctrl-C reaches the whole process group; the proxy drains, then
+this files everything), stops at once on SIGTERM (nothing is lost: the journal keeps every capture
+and the proxy starts another converter to finish), and dies with its proxy (PR_SET_PDEATHSIG, and a
+watch thread where that is missing), even in the middle of a long decode.
 """
 
 from __future__ import annotations
@@ -10,7 +13,10 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import resource
 import signal
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -23,7 +29,7 @@ from recorder.dead_letter import DeadLetters, rejected_ids
 from recorder.frames import AMEND, CAPTURE, WATERMARK, amended_id, apply_amend, decode_capture, watermark_of
 from recorder.journal import journal_segments, segment_number
 from recorder.journal_tail import JournalTail, read_dead_segment
-from recorder.record_builder import LINK_NEW, BuildSettings, RecordBuilder
+from recorder.record_builder import LINK_NEW, REQUEST_OVER_LIMIT, BuildSettings, RecordBuilder
 from recorder.sessions import SessionLink, SessionTracker
 from recorder.spool import SPOOL_DIR
 from recorder.writer import RowFiler, WriterSettings, filed_ids, recover_spool, write_rows
@@ -33,13 +39,20 @@ log = logging.getLogger("llmreplay.recorder")
 IDLE_WAIT_S = 0.2  # between journal reads: big batches, few wake-ups (it competes with the proxy for CPU)
 BACKLOG_FRAMES = 512  # a read this big means the journal is ahead: read again at once
 LOCK_WAIT_S = 60.0
+PARENT_WATCH_S = 0.2
+# Peak RSS the converter is sized for: the tokenizer (~170 MB for Tekken), one request body of
+# max_request_bytes being parsed and tokenized (~250 MB for 16 MiB), a read of the journal and the rows
+# of a Parquet file in the making. Bodies past the bounds are not parsed (recorder/decoding.py), so the
+# budget holds whatever clients send; a converter over it says so at CRITICAL.
+MEMORY_BUDGET_BYTES = 1024 * 1024 * 1024
 
 
 def run_converter(spec: ConverterSpec, pipe) -> None:
     """multiprocessing target. Sends ("ready", tokenizer id) or ("error", message) on `pipe`, and
     ("done", counts) after a clean end of run."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # so does a service manager's stop
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the proxy drains
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # stop now, mid-decode too: the journal keeps everything
+    die_with_parent(spec.parent_pid)
     os.nice(10)  # the proxy carries live traffic; this work can wait for a free core
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s converter %(message)s")
     try:
@@ -70,7 +83,7 @@ class Converter:
             clock_domain="gateway",
         )
         self.settings = BuildSettings(
-            tokenizer, spec.key, spec.block_size, spec.content, spec.session_from_user
+            tokenizer, spec.key, spec.block_size, spec.content, spec.session_from_user, spec.max_request_bytes
         )
         self.builder = self._new_builder()
         self.filer = RowFiler(
@@ -84,7 +97,7 @@ class Converter:
             )
         )
         self.problems = 0
-        self.dead_letters = DeadLetters(self.spool_dir)
+        self.dead_letters = DeadLetters(self.spool_dir, spec.content, spec.spool_limit_bytes)
         self.filer.reject = self.dead_letters.reject_row
 
     def _new_builder(self) -> RecordBuilder:
@@ -161,12 +174,15 @@ class Converter:
             filer.file_ready()
             if now - last_stats >= spec.stats_interval_s:
                 last_stats = now
-                log.info(
-                    "rows=%d in_files=%d problems=%d rejected=%d",
+                peak = peak_rss_bytes()
+                (log.critical if peak > MEMORY_BUDGET_BYTES else log.info)(
+                    "rows=%d in_files=%d problems=%d rejected=%d peak_rss_mb=%d (budget %d)",
                     built,
                     filer.rows_in_files,
                     self.problems,
                     self.dead_letters.count,
+                    peak >> 20,
+                    MEMORY_BUDGET_BYTES >> 20,
                 )
             if os.getppid() != spec.parent_pid:
                 log.error("the proxy is gone; the journal and row spool are recovered at the next start")
@@ -237,14 +253,43 @@ class Converter:
     def _build_row(self, cap: Capture, builder: RecordBuilder, link=LINK_NEW) -> dict:
         record, problems = builder.build(cap, link)
         row = bounded_row(record.to_row())
-        if row.get("invalid_fields"):
-            problems.append("out of range, recorded as null: " + ", ".join(row["invalid_fields"]))
+        out_of_range = [name for name in row.get("invalid_fields") or () if name != REQUEST_OVER_LIMIT]
+        if out_of_range:  # the request body's own problem is already said
+            problems.append("out of range, recorded as null (a required count: clamped): " + ", ".join(out_of_range))
         if problems:
             self.problems += 1
             log.info("request %s: recorded with problems: %s", cap.request_id, "; ".join(problems))
         if not self.meta.content:
             row = {k: v for k, v in row.items() if not k.startswith("content_")}
         return row
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Never outlive the proxy: the kernel kills this process when its parent dies (Linux), and a thread
+    checks the parent every PARENT_WATCH_S elsewhere (it needs the GIL, the kernel does not)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            pr_set_pdeathsig = 1
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # it died before the line above
+        os._exit(3)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_WATCH_S)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="llmreplay-parent-watch", daemon=True).start()
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set so far (Linux reports ru_maxrss in KiB, macOS in bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
 
 
 def _capture_ids(frames) -> list[str]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from recorder.decoding import MAX_DECODED_BYTES
+
 
 @dataclass(frozen=True, slots=True)
 class ConverterSpec:
@@ -22,3 +24,5 @@ class ConverterSpec:
     rotate_s: float | None
     rotate_bytes: int | None
     stats_interval_s: float
+    max_request_bytes: int = MAX_DECODED_BYTES
+    spool_limit_bytes: int | None = None  # journal and dead letters together (--spool-limit)

@@ -17,6 +17,8 @@ CAPTURE, WATERMARK, SEGMENT_END, RUN_END, AMEND = b"C", b"W", b"E", b"Z", b"A"
 _KINDS = frozenset((CAPTURE, WATERMARK, SEGMENT_END, RUN_END, AMEND))
 # every slot but the bulky ones (request body, reads), which travel in the blob
 _SCALARS = tuple(s for s in Capture.__slots__ if s not in ("request_body", "reads", "on_last_byte"))
+# scalars a frame journaled by an earlier version may lack, and the value that meant then
+_SINCE = {"pending": False, "request_encoding": None}  # before request_encoding the body came decoded
 
 
 def encode_capture(cap: Capture) -> bytes:
@@ -71,7 +73,7 @@ def decode_capture(meta_json: bytes, blob: bytes) -> Capture:
     meta = orjson.loads(meta_json)
     cap = Capture.__new__(Capture)
     for name in _SCALARS:
-        setattr(cap, name, meta.get(name, False) if name == "pending" else meta[name])
+        setattr(cap, name, meta.get(name, _SINCE[name]) if name in _SINCE else meta[name])
     body_bytes = meta["body_bytes"]
     cap.request_body = None if body_bytes < 0 else blob[:body_bytes]
     offset, reads = max(0, body_bytes), []

@@ -14,6 +14,7 @@ from collections import deque
 from pathlib import Path
 
 from recorder.capture import Capture
+from recorder.dead_letter import DeadLetterSize
 from recorder.frames import (
     RUN_END,
     SEGMENT_END,
@@ -72,7 +73,8 @@ class Journal:
         self._closing: deque[int] = deque()  # rotated fds the sync thread fsyncs and closes
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sync_loop, name="llmreplay-journal-sync", daemon=True)
-        self.disk_bytes = 0  # journal bytes still on disk (not yet converted), as of the last sync
+        self.disk_bytes = 0  # journal bytes not yet converted plus dead letters, as of the last sync
+        self._dead_letters = DeadLetterSize(spool_dir)
         self.captures_written = 0
         self.dropped = 0
         self.impaired: str | None = None  # why captures are being dropped now; None when all is well
@@ -154,7 +156,10 @@ class Journal:
         if self._fd is None:
             return False
         if not force and self.disk_bytes + self._segment_bytes + len(data) > self.limit_bytes:
-            self._impair(f"journal over its disk budget ({self.limit_bytes} bytes, --spool-limit)")
+            self._impair(
+                f"journal and dead letters (.spool/rejected) over their disk budget ({self.limit_bytes} bytes,"
+                " --spool-limit)"
+            )
             return False
         written = 0
         try:
@@ -242,4 +247,4 @@ class Journal:
         segments = self._segments
         while len(segments) > 1 and not segment_path(self.spool_dir, self.run_token, segments[0][0]).exists():
             segments.popleft()
-        return sum(size for _, size in list(segments)[:-1])
+        return sum(size for _, size in list(segments)[:-1]) + self._dead_letters.poll()

@@ -29,12 +29,16 @@ from llmreplay.trace_format import MessageShape, TraceRecord
 from llmreplay.trace_values import fits
 from recorder.answer_echo import Echo, echoed_answers
 from recorder.capture import Capture
-from recorder.decoding import make_decoder
+from recorder.decoding import MAX_DECODED_BYTES, DecodeLimit, decode_body, make_decoder
 from recorder.keys import keyed_hash
 from recorder.request_shape import RequestShape, parse_request
 from recorder.sessions import SessionLink, SessionTracker
 
 LINK_NEW = object()  # build(): link the capture into its session (the default)
+# invalid_fields entry of a row whose request body was not parsed because it is (or decodes to) more
+# than max_request_bytes: forwarded untouched, every column the request determines holds its default
+REQUEST_OVER_LIMIT = "request_body_over_limit"
+RESPONSE_DECODE_FACTOR = 4  # a compressed response is decoded up to this many times max_request_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +48,7 @@ class BuildSettings:
     block_size: int
     content: bool
     session_from_user: bool
+    max_request_bytes: int = MAX_DECODED_BYTES  # request body bytes parsed, as decoded (recorder/decoding.py)
 
 
 class RecordBuilder:
@@ -57,8 +62,10 @@ class RecordBuilder:
     ) -> tuple[TraceRecord, list[str]]:
         """The record of one capture; `link` given (not LINK_NEW): reuse that session link (a rebuild)."""
         problems: list[str] = []
-        request = _parse_request(cap, problems, self.settings.content)
-        response = _parse_response(cap, problems)
+        invalid: list[str] = []
+        limit = self.settings.max_request_bytes
+        request = _parse_request(cap, problems, self.settings.content, limit, invalid)
+        response = _parse_response(cap, problems, limit * RESPONSE_DECODE_FACTOR)
         error_kind = classify_error(cap, request, response)
         tokens = self._count_tokens(request, response, problems)
         answered = error_kind is None and response is not None
@@ -109,6 +116,7 @@ class RecordBuilder:
             e2e_ns=last_byte - cap.arrival_ns if last_byte and cap.status is not None else None,
             chunk_offsets_ns=offsets,
             finish_reason=response.finish_reason if response else None,
+            invalid_fields=tuple(invalid) or None,
             **request.columns,
             **(_response_content(response) if settings.content else {}),
         )
@@ -216,17 +224,41 @@ class _Tokens:
     prompt_ids: list[int]
 
 
-def _parse_request(cap: Capture, problems: list[str], with_content: bool) -> RequestShape:
+def _parse_request(
+    cap: Capture, problems: list[str], with_content: bool, limit: int, invalid: list[str]
+) -> RequestShape:
     if cap.request_error:
         problems.append(cap.request_error)
         return RequestShape()
+    body = cap.request_body or b""
     try:
-        return parse_request(cap.endpoint, cap.request_body or b"", with_content)
+        body = _request_body(body, cap.request_encoding, limit)
+    except DecodeLimit as exc:
+        problems.append(f"request body not parsed, forwarded untouched: it {exc}")
+        invalid.append(REQUEST_OVER_LIMIT)
+        return RequestShape()
+    try:
+        return parse_request(cap.endpoint, body, with_content)
     except ValueError as exc:
         problems.append(str(exc))
     except Exception as exc:  # noqa: BLE001 - a dialect reader tripped on a hostile body: the row still goes
         problems.append(f"request body unreadable ({type(exc).__name__}: {exc})")
     return RequestShape()
+
+
+def _request_body(body: bytes, encoding: str | None, limit: int) -> bytes:
+    """The body to parse: decoded within `limit` (DecodeLimit past it). An encoding that cannot be
+    decoded, or a body that is not what it says, is parsed as sent (as mitmproxy's lenient decode did)."""
+    if len(body) > limit:
+        raise DecodeLimit(f"is {len(body)} bytes, more than {limit} (the recorder's limit)")
+    if not encoding:
+        return body
+    try:
+        return decode_body(body, encoding, limit)
+    except DecodeLimit:
+        raise
+    except Exception:  # noqa: BLE001 - an unknown encoding, a corrupt stream: zlib/brotli/zstd share no base
+        return body
 
 
 def _timing(response: ResponseShape | None) -> StreamTiming:
@@ -238,16 +270,16 @@ def _is_sse(cap: Capture) -> bool:
     return cap.content_type.startswith("text/event-stream")
 
 
-def _parse_response(cap: Capture, problems: list[str]) -> ResponseShape | None:
+def _parse_response(cap: Capture, problems: list[str], decode_limit: int) -> ResponseShape | None:
     """None when there is no successful body to read (no response, or an HTTP error status)."""
     if cap.status is None or not 200 <= cap.status < 300:
         return None
     if cap.overflow:
         problems.append(f"response larger than the capture limit ({cap.max_capture_bytes} bytes)")
     try:
-        decode = make_decoder(cap.content_encoding)
+        decode = make_decoder(cap.content_encoding, decode_limit)
         if _is_sse(cap):
-            return summarize_stream(_stamped_events(cap, decode))
+            return summarize_stream(_stamped_events(cap, decode, problems))
         body = b"".join(decode(data) if decode else data for _, data in cap.reads)
         return summarize_json(body, cap.endpoint)
     except Exception as exc:  # noqa: BLE001 - zlib/brotli/zstd errors have no common base; count and move on
@@ -255,11 +287,18 @@ def _parse_response(cap: Capture, problems: list[str]) -> ResponseShape | None:
         return ResponseShape(invalid_events=1)
 
 
-def _stamped_events(cap: Capture, decode) -> list[tuple[int, bytes]]:
-    """Replay the reads through the SSE splitter: each event gets the stamp of the read that completed it."""
+def _stamped_events(cap: Capture, decode, problems: list[str]) -> list[tuple[int, bytes]]:
+    """Replay the reads through the SSE splitter: each event gets the stamp of the read that completed it.
+
+    A compressed stream that decodes past its bound is read up to there, like one past the capture limit."""
     splitter, events = SSESplitter(), []
     for stamp, data in cap.reads:
-        for payload in splitter.feed(decode(data) if decode else data):
+        try:
+            decoded = decode(data) if decode else data
+        except DecodeLimit as exc:
+            problems.append(f"response stream read only in part: it {exc}")
+            return events
+        for payload in splitter.feed(decoded):
             events.append((stamp, payload))
     last = cap.last_byte_ns or cap.arrival_ns
     events.extend((last, payload) for payload in splitter.finish())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -71,8 +72,26 @@ def leftover_segments(spool_dir: Path) -> list[Path]:
     return sorted(spool_dir.glob(f"*{SUFFIX}"))
 
 
+def check_spool_dir(out_dir: Path, flag: str = "-o") -> None:
+    """BadInput unless `out_dir/.spool` is absent or a real directory: the journal (raw prompts) and the
+    dead letters are written only where the recorder made them, never through a link (as llmreplay.output_paths)."""
+    spool = Path(out_dir).expanduser() / SPOOL_DIR
+    try:
+        mode = os.lstat(spool).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as exc:
+        raise BadInput(f"{flag} {out_dir}: cannot use {spool} ({exc.strerror})") from None
+    if stat.S_ISLNK(mode):
+        raise BadInput(f"{flag} {out_dir}: {spool} is a symbolic link; the recorder writes its spool only to a "
+                       "real directory (remove the link)")  # fmt: skip
+    if not stat.S_ISDIR(mode):
+        raise BadInput(f"{flag} {out_dir}: {spool} is not a directory; remove it or give another -o")
+
+
 def private_dirs(out_dir: Path, content: bool) -> None:
     """The spool (raw request bodies) is always 0700; the output directory too for content traces."""
+    check_spool_dir(out_dir)
     for path, private in ((out_dir, content), (out_dir / SPOOL_DIR, True)):
         if not private:
             path.mkdir(parents=True, exist_ok=True)

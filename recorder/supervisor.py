@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import signal
 import time
 
 from llmreplay.errors import BadInput
@@ -88,9 +89,10 @@ class ConverterSupervisor:
                 self._process.kill()
                 self._process.join(5)
                 return False
-            log.critical(
-                "llmreplay recorder: the converter died at stop (exit code %s); starting another to finish",
-                self._process.exitcode,
+            stopped = self._process.exitcode == -signal.SIGTERM  # a service manager's stop reaches the group
+            (log.warning if stopped else log.critical)(
+                "llmreplay recorder: the converter %s at stop; starting another to finish the journal",
+                "was stopped by SIGTERM" if stopped else f"died (exit code {self._process.exitcode})",
             )
         return False
 

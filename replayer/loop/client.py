@@ -22,6 +22,11 @@ from replayer.loop.http_pool import Connection, ConnectionPool
 from replayer.loop.sse import SseStream
 
 ERROR_BODY_LIMIT_BYTES = 65_536
+# A stream's raw reads are kept (for the tokenizer fallback when it reports no usage, and for a session
+# turn that echoes the answer) up to this; past it they are dropped and nothing more is kept: a stream's
+# memory does not grow with its length (its token count then stays unknown, its echo is the text as built)
+MAX_KEPT_ANSWER_BYTES = 4 << 20
+MAX_WHOLE_BODY_BYTES = 32 << 20  # a JSON answer larger than this is an invalid_response, not read on
 ERROR_EXCERPT_BYTES = 2_048  # of an error response's body, kept as the request's error_detail
 # read past the excerpt so that a key straddling its cut (escaped, percent-encoded) is still whole when
 # the spool decodes and scrubs it (llmreplay.redaction.scrubbed_excerpt), and only then cuts
@@ -185,6 +190,7 @@ class ClientExchange:
         "_raw",
         "_body",
         "_body_bytes",
+        "_raw_bytes",
         "_content_type",
         "_retry_after",
         "_length_known",
@@ -225,6 +231,7 @@ class ClientExchange:
         self._raw: list[bytes] = []
         self._body: list[bytes] = []
         self._body_bytes = 0
+        self._raw_bytes = 0
         self._content_type = ""
         self._retry_after: str | None = None
         self._length_known = False
@@ -365,12 +372,26 @@ class ClientExchange:
         if state == _SSE:
             sse = self._sse
             sse.feed(body, self._read_ns)
-            self._raw.append(body)
+            raw = self._raw
+            if raw is not None:
+                self._raw_bytes += len(body)
+                if self._raw_bytes <= MAX_KEPT_ANSWER_BYTES:
+                    raw.append(body)
+                else:
+                    self._raw = None  # a stream this long keeps nothing: no count, no echo from it
+            if sse.overflow:
+                self.outcome.fail("invalid_response", sse.invalid)
+                self._end(False, self._read_ns)
+                return
             limit = self.cancel_after_chunks
             if limit is not None and len(sse.chunk_offsets_ns) >= limit:
                 self.stop("cancelled")
         elif state == _WHOLE:
             self._body.append(body)
+            self._body_bytes += len(body)
+            if self._body_bytes > MAX_WHOLE_BODY_BYTES:
+                self.outcome.fail("invalid_response", f"an answer larger than {MAX_WHOLE_BODY_BYTES >> 20} MB")
+                self._end(False, self._read_ns)
         elif state == _ERROR:
             if self._body_bytes < ERROR_KEPT_BYTES:
                 self._body.append(body[: ERROR_KEPT_BYTES - self._body_bytes])
@@ -403,7 +424,8 @@ class ClientExchange:
         elif state == _WHOLE and outcome.error_kind is None:
             _read_whole(b"".join(self._body), self._content_type, outcome, self.stream, self._dialect)
         if self.keep_answer and outcome.error_kind is None and state in (_SSE, _WHOLE):
-            self.answer = (self._raw, True) if state == _SSE else (self._body, False)
+            kept = self._raw if state == _SSE else self._body
+            self.answer = None if kept is None else (kept, state == _SSE)
         elif state == _HEAD and outcome.error_kind is None:
             outcome.fail("invalid_response", "the connection ended before a response")
         elif state == _ERROR and self._body:

@@ -26,6 +26,8 @@ from llmreplay.openai_wire.usage import merge_usage
 # be fooled by generated text (whose quotes arrive escaped).
 # A null value needs no parse: SGLang sends `"tool_calls":null` and `"usage":null` in every chunk.
 _CR = 13
+MAX_EVENT_BYTES = 1 << 20  # an SSE event (a line without its end) longer than this is an invalid stream
+LONG_EVENT_BYTES = 1 << 16  # an unterminated tail this long is kept as a list of reads, not re-joined
 _NEEDS_PARSE = re.compile(rb'"(?:tool_calls|error|usage|finish_reason)" *: *[^ n]')
 
 
@@ -76,6 +78,9 @@ class SseStream:
     __slots__ = (
         "start_ns",
         "_buffer",
+        "_parts",
+        "_parts_bytes",
+        "overflow",
         "chunk_offsets_ns",
         "first_answer",
         "reasoning_chunks",
@@ -102,6 +107,10 @@ class SseStream:
         self._rules = _rules_of(self._dialect)  # None: chat chunks (the path below)
         self.response_id: str | None = None  # typed streams: response.created's / message_start's id
         self._buffer = b""
+        # a long unterminated event, kept as its reads (joined once, when an event end may have come)
+        self._parts: list[bytes] | None = None
+        self._parts_bytes = 0
+        self.overflow = False  # an event longer than MAX_EVENT_BYTES: the stream is invalid, not buffered
         # arrival of each chunk carrying tokens (reasoning included), from start_ns; 8 bytes a chunk
         self.chunk_offsets_ns = array("q")
         self.first_answer = -1  # index in chunk_offsets_ns of the first answer chunk; -1: none yet
@@ -125,6 +134,20 @@ class SseStream:
         return len(self.chunk_offsets_ns)
 
     def feed(self, data: bytes, arrival_ns: int) -> None:
+        parts = self._parts
+        if parts is not None:
+            if self.overflow:
+                return
+            last = parts[-1][-1:]
+            if data.find(b"\n\n") < 0 and data.find(b"\r") < 0 and last != b"\r" and not (
+                last == b"\n" and data[:1] == b"\n"
+            ):  # the event goes on: no join, no copy
+                parts.append(data)
+                self._parts_bytes += len(data)
+                if self._parts_bytes > MAX_EVENT_BYTES:
+                    self._overflowed()
+                return
+            self._buffer, self._parts = b"".join(parts), None
         buffer = self._buffer
         if buffer:
             if buffer[-1] == _CR:  # the last read ended a line with CR: a LF opening this one is its pair
@@ -161,6 +184,10 @@ class SseStream:
                     return
         events = data.split(b"\n\n")
         self._buffer = events.pop()  # the unterminated tail; b"" when the read ended an event
+        if len(self._buffer) >= LONG_EVENT_BYTES:  # from here on kept as reads, joined once
+            self._parts, self._parts_bytes, self._buffer = [self._buffer], len(self._buffer), b""
+            if self._parts_bytes > MAX_EVENT_BYTES:
+                self._overflowed()
         if self._rules is not None:
             self._typed_events(events, arrival_ns)
             return
@@ -244,13 +271,21 @@ class SseStream:
         if channel is not None and arrival_ns is not None:
             self._stamp(channel, arrival_ns)
 
+    def _overflowed(self) -> None:
+        self.overflow = True
+        self.invalid = self.invalid or f"an SSE event longer than {MAX_EVENT_BYTES >> 20} MB"
+        self._parts, self._buffer = [b"x"], b""  # nothing more is kept
+
     def _feed_cr(self, data: bytes, arrival_ns: int) -> None:
         """A read with CR line ends (WHATWG: CRLF, CR or LF): a CR ends its line at once, as in the
         recorder's splitter; a CR at the very end leaves a marker so the next read's LF is dropped."""
         self._buffer = b""
         self.feed(data.replace(b"\r\n", b"\n").replace(b"\r", b"\n"), arrival_ns)
-        if data[-1] == _CR:
-            self._buffer += b"\r"
+        if data[-1] == _CR and not self.overflow:
+            if self._parts is not None:
+                self._parts.append(b"\r")
+            else:
+                self._buffer += b"\r"
 
     def _learn_framing(self, event: bytes, text_start: int, reasoning: bool) -> None:
         """Remember the bytes around this plain text chunk's text (which starts at `text_start`),
@@ -272,6 +307,8 @@ class SseStream:
     def finish(self, end_ns: int | None = None) -> None:
         """End of body: an unterminated last event still counts (some servers omit the blank line),
         stamped `end_ns` (the last read), as the recorder stamps it."""
+        if self._parts is not None:
+            self._buffer, self._parts = (b"" if self.overflow else b"".join(self._parts)), None
         rest = self._buffer.rstrip(b"\r\n")
         self._buffer = b""
         if rest:

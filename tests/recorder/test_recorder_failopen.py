@@ -152,9 +152,17 @@ def test_values_no_reader_takes_become_null_and_are_named(column, value):
     assert checked[column] is None and checked["invalid_fields"] == [column]
 
 
-def test_a_required_column_out_of_range_is_unwritable():
+def test_a_required_count_out_of_range_is_clamped_and_named():
+    row = bounded_row({**finished_row(), "prompt_tokens": 2**40, "tools_count": 32_768, "tool_calls_count": -1})
+    assert (row["prompt_tokens"], row["tools_count"], row["tool_calls_count"]) == (2**31 - 1, 32_767, 0)
+    assert sorted(row["invalid_fields"]) == ["prompt_tokens", "tool_calls_count", "tools_count"]
+
+
+def test_a_required_column_of_the_wrong_kind_is_unwritable():
     with pytest.raises(UnwritableRow, match="prompt_tokens"):
-        bounded_row({**finished_row(), "prompt_tokens": 2**40})
+        bounded_row({**finished_row(), "prompt_tokens": "many"})
+    with pytest.raises(UnwritableRow, match="endpoint"):
+        bounded_row({**finished_row(), "endpoint": None})
 
 
 def test_server_usage_out_of_range_falls_back_to_the_tokenizer(tmp_path):
