@@ -132,7 +132,12 @@ class HostileTarget(LoopServer):
                 method, path = lines[0].split(" ")[:2]
                 if not await self._answer(method, path, headers, writer):
                     return
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+        except (
+            asyncio.IncompleteReadError,
+            ConnectionError,
+            asyncio.LimitOverrunError,
+            asyncio.CancelledError,
+        ):
             pass
         finally:
             writer.close()

@@ -26,6 +26,7 @@ ERROR_BODY_LIMIT_BYTES = 65_536
 # turn that echoes the answer) up to this; past it they are dropped and nothing more is kept: a stream's
 # memory does not grow with its length (its token count then stays unknown, its echo is the text as built)
 MAX_KEPT_ANSWER_BYTES = 4 << 20
+MAX_STAMPED_CHUNKS = 1 << 18  # chunk stamps kept a stream (2 MB): no real answer is longer; past it, none
 MAX_WHOLE_BODY_BYTES = 32 << 20  # a JSON answer larger than this is an invalid_response, not read on
 ERROR_EXCERPT_BYTES = 2_048  # of an error response's body, kept as the request's error_detail
 # read past the excerpt so that a key straddling its cut (escaped, percent-encoded) is still whole when
@@ -379,6 +380,9 @@ class ClientExchange:
                     raw.append(body)
                 else:
                     self._raw = None  # a stream this long keeps nothing: no count, no echo from it
+            offsets = sse.chunk_offsets_ns
+            if len(offsets) > MAX_STAMPED_CHUNKS:  # an endless stream: its first chunks' stamps only
+                del offsets[MAX_STAMPED_CHUNKS:]
             if sse.overflow:
                 self.outcome.fail("invalid_response", sse.invalid)
                 self._end(False, self._read_ns)
