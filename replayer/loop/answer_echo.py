@@ -1,9 +1,11 @@
-"""A turn that sends back the previous turn's answer sends staging's own answer, as a real client does:
-the builder marks the echoed message's text, the loop splices in what staging answered (or, when that
-turn failed, the marked text as built). Staging's cache then holds what the next turn reuses, as
-production's did."""
+"""A turn that sends back earlier turns' answers sends staging's own answers, as a real client does:
+the builder marks each echoed answer's text with how many turns back it was given, the loop splices in
+what staging answered then (or, when that turn failed, the marked text as built). Staging's cache then
+holds what the next turn reuses, as production's did."""
 
 from __future__ import annotations
+
+import re
 
 import orjson
 
@@ -11,16 +13,25 @@ from llmreplay.openai_wire.response import summarize_json, summarize_stream
 from llmreplay.sse import SSESplitter
 from replayer.loop.request_file import HEADER_END
 
-ANSWER_OPEN = "\x01llmreplay:previous-answer\x02"  # control characters: JSON escapes them, text never holds them
+# Control characters: JSON escapes them, so they cannot come from text; "\x01...:<turns back>\x02 text \x03".
+ANSWER_OPEN = "\x01llmreplay:answer:"
 ANSWER_CLOSE = "\x03"
 _OPEN = orjson.dumps(ANSWER_OPEN)[1:-1]  # as it stands in a JSON body
-_CLOSE = orjson.dumps(ANSWER_CLOSE)[1:-1]
+_MARK = re.compile(re.escape(_OPEN) + rb"(\d{1,6})\\u0002(.*?)\\u0003", re.DOTALL)
+_TEXT_MARK = re.compile(re.escape(ANSWER_OPEN) + r"(\d{1,6})\x02")
 _LENGTH = b"\r\nContent-Length: "
 
+Answers = list  # [str | None]: the session's earlier answers as staging gave them, the latest first
 
-def marked(text: str) -> str:
-    """The echoed message's text as built, marked for the loop."""
-    return ANSWER_OPEN + text + ANSWER_CLOSE
+
+def marked(text: str, back: int = 1) -> str:
+    """The text of an answer given `back` turns before the request, as built, marked for the loop."""
+    return f"{ANSWER_OPEN}{back}\x02{text}{ANSWER_CLOSE}"
+
+
+def one_turn_later(text: str) -> str:
+    """Text holding marks, as the next turn sends it: each answer one more turn back."""
+    return _TEXT_MARK.sub(lambda m: f"{ANSWER_OPEN}{int(m.group(1)) + 1}\x02", text)
 
 
 def echoes(request: bytes) -> bool:
@@ -42,17 +53,18 @@ def answer_text(parts: list[bytes], streamed: bool) -> str | None:
     return summarize_stream(events).text or None
 
 
-def with_answer(request: bytes, answer: str | None) -> bytes:
-    """The request with its marked text replaced by `answer` (None: by the text as built, unmarked)
-    and Content-Length (the last header, as http_pool.encode_request writes it) made to fit."""
+def with_answers(request: bytes, answers: Answers) -> bytes:
+    """The request with each marked text replaced by staging's answer of that turn (its text as built
+    when that turn failed or is not known) and Content-Length (the last header, as
+    http_pool.encode_request writes it) made to fit."""
     body_start = request.index(HEADER_END) + len(HEADER_END)
-    start = request.find(_OPEN, body_start)
-    end = request.find(_CLOSE, start + len(_OPEN))
-    if start < 0 or end < 0:
-        return request
-    spliced = request[start + len(_OPEN) : end] if answer is None else orjson.dumps(answer)[1:-1]
-    body = b"%s%s%s" % (request[body_start:start], spliced, request[end + len(_CLOSE) :])
-    return with_body(request, body_start, body)
+
+    def splice(match: re.Match) -> bytes:
+        back = int(match.group(1))
+        answer = answers[back - 1] if 0 < back <= len(answers) else None
+        return match.group(2) if answer is None else orjson.dumps(answer)[1:-1]
+
+    return with_body(request, body_start, _MARK.sub(splice, request[body_start:]))
 
 
 def with_body(request: bytes, body_start: int, body: bytes) -> bytes:

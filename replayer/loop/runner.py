@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from replayer.loop.answer_echo import answer_text, echoes, with_answer
+from replayer.loop.answer_echo import answer_text, echoes, with_answers
 from replayer.loop.chain import CHAINED_DIALECT, is_chained, with_previous_response
 from replayer.loop.client import NEVER_NS, ClientExchange, Outcome, ReadClock
 from replayer.loop.clock import Clock, SystemClock
@@ -66,13 +66,14 @@ class Counters:
 class _Call:
     """A request between dispatch and its result: the exchange once written, for stop and timeouts."""
 
-    __slots__ = ("outcome", "exchange", "task", "answer")
+    __slots__ = ("outcome", "exchange", "task", "answer", "answers")
 
     def __init__(self, outcome: Outcome):
         self.outcome = outcome
         self.exchange: ClientExchange | None = None
         self.task: asyncio.Task | None = None
         self.answer: tuple[list[bytes], bool] | None = None  # kept for the session's next turn
+        self.answers: list | None = None  # the session's earlier answers this turn was given
 
 
 class Runner:
@@ -92,8 +93,9 @@ class Runner:
         self.dialects = dialects  # by plan index, the answer's grammar (openai_wire.dialects); None: chat
         # a chained Responses turn's previous answer id, by plan index, until the turn is sent
         self._previous_ids: dict[int, str | None] = {}
-        # the text staging answered the previous turn, by plan index, until the turn echoing it is sent
-        self._previous_answers: dict[int, str] = {}
+        # the texts staging answered the session's earlier turns (latest first), by the plan index of the
+        # turn that may echo them, until it is sent (replayer.loop.answer_echo)
+        self._previous_answers: dict[int, list] = {}
         self.requests = requests  # encoded HTTP request per plan index (may read them as the run goes)
         self.streams = streams
         self.s = settings
@@ -276,9 +278,9 @@ class Runner:
                 if request is None:
                     return
             if plan.follows_previous:
-                answer = self._previous_answers.pop(plan.index, None)
-                if echoes(request):
-                    request = with_answer(request, answer)
+                call.answers = self._previous_answers.pop(plan.index, None)
+                if call.answers and echoes(request):
+                    request = with_answers(request, call.answers)
             keep = plan.next_index is not None and dialect == ECHO_DIALECT
             conn = pool.take_idle()
             if conn is None:
@@ -341,12 +343,13 @@ class Runner:
         # the turn ended when its last bytes were read, not when this task got to run
         ended_ns = self._now() if outcome.e2e_ns is None else outcome.sent_ns + outcome.e2e_ns
         failed = outcome.error_kind is not None
-        self._follow(plan, ended_ns, None if failed else outcome.response_id, None if failed else call.answer)
+        answer = None if failed else call.answer
+        self._follow(plan, ended_ns, None if failed else outcome.response_id, answer, call.answers)
         if not self._calls and not self._waiting:
             self._idle.set()
 
     def _follow(
-        self, plan: PlannedRequest, ended_ns: int, response_id: str | None = None, answer=None
+        self, plan: PlannedRequest, ended_ns: int, response_id: str | None = None, answer=None, answers=None
     ) -> None:
         """Send the session's next turn after this one's answer plus the recorded think time; a
         Responses turn keeps this turn's response id (None: failed) for a chained body, a chat turn
@@ -360,10 +363,9 @@ class Runner:
         if self._past_duration(scheduled):
             self.stop_reason = "duration"
             return
-        if answer is not None:
-            text = answer_text(*answer)
-            if text is not None:
-                self._previous_answers[nxt.index] = text
+        if answer is not None or answers:
+            text = None if answer is None else answer_text(*answer)
+            self._previous_answers[nxt.index] = [text, *(answers or ())]
         due = session_due_ns(scheduled, ended_ns, nxt.think_time_ns)
         if due <= self._now():
             self._dispatch(nxt, due)

@@ -82,7 +82,8 @@ def write_requests(job: BuildJob) -> Prepared:
     try:
         rows, shard_of, index_of = _by_row(shards)
         pending: list[dict[int, tuple]] = [{} for _ in shards]
-        echoes: dict[tuple[int, int], int] = {}  # (shard, next turn's plan index) -> where it echoes
+        # (shard, next turn's plan index) -> this turn as sent, which the next continues (plan.sent_turns)
+        sent_turns: dict[tuple[int, int], object] = {}
         written = [0] * len(shards)
         at = 0
         for row, record in stream_records(job.trace_path, np.unique(rows)):
@@ -93,10 +94,10 @@ def write_requests(job: BuildJob) -> Prepared:
                 plan = shard.plans[index]
                 sending = turns.sending(s, index) if turns is not None else 0
                 history = turns.history(record) if sending != PLAIN else ()
-                echo_at = echoes.pop((s, index), None)
-                built = build_request(record, plan, build, speller, fitter, sending, history, echo_at)
-                if plan.next_index is not None and record.messages:
-                    echoes[(s, plan.next_index)] = len(record.messages)  # the answer follows them
+                previous = sent_turns.pop((s, index), None)
+                built = build_request(record, plan, build, speller, fitter, sending, history, previous)
+                if plan.next_index is not None and built.turn is not None:
+                    sent_turns[(s, plan.next_index)] = built.turn
                 headers = [("X-Request-Id", sent_name(record.request_id, plan.copy_index, build.loop_stride))]
                 if session_header and record.session_id is not None:
                     headers.append(

@@ -16,13 +16,13 @@ from llmreplay.engines import BY_NAME, FLAG, FLOOR
 from llmreplay.errors import BadInput
 from llmreplay.openai_wire.endpoints import REPLAY_PATHS
 from llmreplay.trace_format import SAMPLING_COLUMNS, TraceRecord
-from replayer.loop.answer_echo import marked
 from replayer.plan.api_bodies import API_BODIES, chat_view, tagged
 from replayer.plan.api_request import load_column
 from replayer.plan.arrays import PlannedRequest
 from replayer.plan.phases import prompt_copy
 from replayer.plan.prompt_fit import PromptFitter
 from replayer.plan.prompt_synthesis import BlockSpeller, copy_nonce
+from replayer.plan.sent_turns import SentTurn, continued, sent_and_marked
 
 ENDPOINT_PATHS = REPLAY_PATHS  # llmreplay.openai_wire.endpoints: a row there makes an endpoint replayable
 CANCEL_HEADROOM_TOKENS = 16
@@ -39,6 +39,7 @@ class BuiltRequest:
     body: bytes
     stream: bool
     requested_completion_tokens: int | None
+    turn: SentTurn | None = None  # a chat turn as the session's next turn continues it
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +85,12 @@ def build_request(
     fitter: PromptFitter | None = None,
     sending: int = 0,
     history: Sequence[TraceRecord] = (),
-    echo_at: int | None = None,
+    previous: SentTurn | None = None,
 ) -> BuiltRequest:
     """The request of one planned row; with a `fitter`, synthesized prompts are fitted to the
     target's own count (replayer.plan.prompt_fit). `sending`, `history`: a chained Responses turn's
-    way of sending and the ancestors it is expanded with (replayer.plan.responses_state). `echo_at`:
-    the message that sends the previous turn's answer back, marked for staging's own answer."""
+    way of sending and the ancestors it is expanded with (replayer.plan.responses_state). `previous`:
+    the session's previous chat turn as sent, which this one continues (replayer.plan.sent_turns)."""
     path = ENDPOINT_PATHS.get(record.endpoint)
     if path is None:
         raise BadInput(f"request {record.request_id}: endpoint {record.endpoint!r} cannot be replayed")
@@ -113,17 +114,25 @@ def build_request(
     fit = fitter is not None and not content.has_content and record.prompt_tokens is not None
     if record.endpoint in API_BODIES:
         return _api_request(record, plan, options, content, body, path, fitter, sending, history)
+    turn = None
     if record.endpoint == "chat_completions":
         tools = content.tools()
+        answers: dict[int, int] = {}
         if fit:
             layout = (tuple(m.role for m in record.messages) or ("user",), len(tools or ()))
-            spell = lambda correction: (content.messages(correction), tools)  # noqa: E731
+
+            def spell(correction):
+                nonlocal answers
+                messages, answers = continued(content.messages(correction), previous)
+                return messages, tools
+
             body["messages"] = fitter.fit_chat(record.prompt_tokens, layout, spell)[0]
         else:
-            body["messages"] = content.messages()
+            body["messages"], answers = continued(content.messages(), previous)
             if fitter is not None and record.prompt_tokens is not None:
                 fitter.measure_chat(record.prompt_tokens, body["messages"], tools)
-        mark_echo(body["messages"], echo_at)
+        followed = plan.next_index is not None
+        body["messages"], turn = sent_and_marked(body["messages"], answers, followed)
         if tools:
             body["tools"] = tools
             choice = tool_choice_field(record.tool_choice, tools)
@@ -147,22 +156,7 @@ def build_request(
         value = getattr(record, name)
         if value is not None:
             body[name] = value
-    return BuiltRequest(path, _json_bytes(body), record.stream, wanted)
-
-
-def mark_echo(messages: list, echo_at: int | None) -> None:
-    """Mark the text of message `echo_at` (replayer.loop.answer_echo) when it is a plain assistant
-    answer: the loop sends staging's own answer to the previous turn in its place."""
-    if echo_at is None or not 0 <= echo_at < len(messages):
-        return
-    message = messages[echo_at]
-    if (
-        isinstance(message, dict)
-        and message.get("role") == "assistant"
-        and isinstance(message.get("content"), str)
-        and not message.get("tool_calls")
-    ):
-        message["content"] = marked(message["content"])
+    return BuiltRequest(path, _json_bytes(body), record.stream, wanted, turn)
 
 
 def under_grammar(body: dict) -> bool:
