@@ -16,6 +16,9 @@ from llmreplay.errors import BadInput
 
 KEY = "llmreplay.option"
 NOT_A_FLAG = object()  # Option.flag_value of an option that takes a value
+# The bound of every int option that declares none: counts, seeds, sizes and ports are never negative,
+# and a value past 2^53 would overflow int64 arithmetic or the JSON of run.json long after the flag.
+INT_BOUNDS = (0, 2**53)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +29,7 @@ class Option:
     flags: tuple[str, ...] = ()  # empty: "--" and the field name with dashes
     type: type = str  # int, float, str or bool (a --yes/--no switch)
     choices: tuple[str, ...] = ()
-    int_range: tuple[int, int] | None = None
+    int_range: tuple[int, int] | None = None  # None: INT_BOUNDS
     metavar: str | None = None
     parse: Callable[[object, str], object] | None = None  # (given value, flag) -> field value
     check: Callable[[object, str], None] | None = None  # (field value, flag); None values skip it
@@ -121,8 +124,8 @@ def _click_option(item: Declared):
 def _click_type(click, opt: Option):
     if opt.choices:
         return click.Choice(opt.choices)
-    if opt.int_range is not None:
-        return click.IntRange(*opt.int_range)
+    if opt.type is int:
+        return click.IntRange(*(opt.int_range or INT_BOUNDS))
     return opt.type
 
 
@@ -189,6 +192,8 @@ def check(config) -> None:
             value = getattr(value, name)
         if item.option.check is not None and value is not None:
             item.option.check(value, item.flag)
+        if isinstance(value, float) and not math.isfinite(value):  # nan and inf pass most checks
+            raise BadInput(f"{item.flag} {value}: must be a finite number")
 
 
 def force_field() -> dataclasses.Field:
@@ -290,6 +295,12 @@ def http_url(url: str, flag: str):
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise BadInput(
             f"{flag} {url!r}: expected an http:// or https:// URL with a host, e.g. http://HOST:PORT"
+        )
+    if parts.username is not None or parts.password is not None:  # never echoed: it may be a password
+        shown = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        raise BadInput(
+            f"{flag} {shown!r}: the URL holds a user name or password, which would be written to run.json, "
+            "manifests and process lists; pass credentials as --api-key or a header instead"
         )
     try:
         parts.port  # noqa: B018 (raises ValueError for a port that is not a number)

@@ -63,6 +63,10 @@ def trace_files(path: str | os.PathLike) -> list[Path]:
         raise BadInput(f"{root}: no such file or directory")
     if root.is_file():
         return [root]
+    if not root.is_dir():  # a FIFO, a device, a socket: reading it could block or never end
+        raise BadInput(
+            f"{root}: not a regular file (a FIFO, device or socket); give a trace file or directory"
+        )
     files = sorted(p for p in root.rglob("*.parquet") if p.is_file() and not p.name.startswith("."))
     if not files:
         raise BadInput(f"{root}: directory holds no .parquet files")

@@ -28,7 +28,42 @@ def parse_headers(values: tuple[str, ...], flag: str) -> tuple[tuple[str, str], 
             raise BadInput(
                 f"{flag}: expected NAME:VALUE, got a value without a name or colon (name {name.strip()!r})"
             )
-        pairs.append((name.strip(), rest.strip()))
+        name, rest = name.strip(), rest.strip()
+        bad = next((c for c in "\r\n\0" if c in name or c in rest), None)
+        if bad is not None:
+            raise BadInput(
+                f"{flag} {name!r}: {'the name' if bad in name else 'the value'} holds a {_CONTROL[bad]} "
+                "(a header is one line; it would split the request)"
+            )
+        if any(c.isspace() for c in name):
+            raise BadInput(f"{flag} {name!r}: a header name cannot hold spaces")
+        try:
+            rest.encode("latin-1")
+        except UnicodeEncodeError:
+            raise BadInput(
+                f"{flag} {name!r}: the value has characters HTTP/1.1 cannot carry (not Latin-1)"
+            ) from None
+        pairs.append((name, rest))
+    return tuple(pairs)
+
+
+_CONTROL = {"\r": "carriage return (CR)", "\n": "line feed (LF)", "\0": "NUL byte"}
+
+
+def parse_env_headers(values: tuple[str, ...], flag: str) -> tuple[tuple[str, str], ...]:
+    """`NAME:ENV` strings -> (name, value of $ENV): a header whose secret value never reaches argv
+    (a Kubernetes Secret or Ray's runtime_env puts it in the environment)."""
+    import os
+
+    pairs = []
+    for text in values:
+        name, _, env = (part.strip() for part in text.partition(":"))
+        if not name or not env or not env.replace("_", "a").isalnum():
+            raise BadInput(f"{flag} {text!r}: expected NAME:ENV, e.g. x-api-key:STAGING_API_KEY")
+        value = os.environ.get(env)
+        if value is None:
+            raise BadInput(f"{flag} {text!r}: the environment has no {env}")
+        pairs.extend(parse_headers((f"{name}:{value}",), flag))
     return tuple(pairs)
 
 
@@ -111,8 +146,13 @@ class ScheduleConfig:
     )
 
 
+MAX_SHARDS = 1000  # hosts of one replay: more than any replay needs, and the split's load table fits
+MAX_START_AHEAD_NS = 24 * 3600 * NS_PER_S  # a --start-at further out would only wait, silently
+START_AT_PAST_NS = 50_000_000  # a shared start this far past: a host would start behind the others
+
+
 def parse_shard(text: str, flag: str) -> tuple[int, int]:
-    """`K/N` (0 <= K < N) -> (K, N)."""
+    """`K/N` (0 <= K < N <= MAX_SHARDS) -> (K, N)."""
     index, sep, count = text.partition("/")
     try:
         k, n = int(index), int(count)
@@ -120,26 +160,53 @@ def parse_shard(text: str, flag: str) -> tuple[int, int]:
         k, n = -1, 0
     if not sep or n < 1 or not 0 <= k < n:
         raise BadInput(f"{flag} {text!r}: expected K/N with 0 <= K < N, e.g. 0/4 (the first of four hosts)")
+    if n > MAX_SHARDS:
+        raise BadInput(f"{flag} {text!r}: {n:,} shards; at most {MAX_SHARDS:,} hosts replay one trace")
     return k, n
 
 
 def parse_start_at(text: str, flag: str) -> int:
-    """Unix seconds (`1767225600.5`) or ISO 8601 with a zone (`2026-12-01T15:00:00Z`) -> unix ns."""
+    """Unix seconds (`1767225600.5`) or ISO 8601 with a zone (`2026-12-01T15:00:00Z`) -> unix ns,
+    within the next MAX_START_AHEAD_NS (a start in the past or days ahead is refused here, at the flag)."""
     import datetime
+    import math
+    import time
 
     try:
-        return int(round(float(text) * NS_PER_S))
+        seconds = float(text)
     except ValueError:
-        pass
-    try:
-        when = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        when = None
-    if when is None or when.tzinfo is None:
+        seconds = None
+    if seconds is not None:
+        if not math.isfinite(seconds):
+            raise BadInput(f"{flag} {text!r}: not a number of unix seconds")
+        if abs(seconds) > 1e11:  # past the year 5000: nanoseconds beyond int64
+            raise BadInput(f"{flag} {text!r}: past the year 5000; a shared start must be within 24 hours")
+        start_ns = int(round(seconds * NS_PER_S))
+    else:
+        try:
+            when = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        except ValueError:
+            when = None
+        if when is None or when.tzinfo is None:
+            raise BadInput(
+                f"{flag} {text!r}: expected unix seconds or an ISO 8601 time with a zone, "
+                "e.g. 2026-12-01T15:00:00Z"
+            )
+        start_ns = int(when.timestamp()) * NS_PER_S + when.microsecond * 1000
+    from llmreplay.durations import format_duration
+
+    ahead_ns = start_ns - time.time_ns()
+    if ahead_ns > MAX_START_AHEAD_NS:
         raise BadInput(
-            f"{flag} {text!r}: expected unix seconds or an ISO 8601 time with a zone, e.g. 2026-12-01T15:00:00Z"
+            f"{flag} {text!r}: {format_duration(ahead_ns)} from now; a shared start must be within "
+            "24 hours (start the hosts closer to it)"
         )
-    return int(when.timestamp()) * NS_PER_S + when.microsecond * 1000
+    if ahead_ns < -START_AT_PAST_NS:
+        raise BadInput(
+            f"{flag} {text!r}: {format_duration(-ahead_ns)} ago; a shared start must lie ahead "
+            "(a host started after it would replay behind the others)"
+        )
+    return start_ns
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +293,16 @@ class ReplayConfig:
         repr=False,
         help="Extra header NAME:VALUE (repeatable; values never logged).",
     )
+    env_headers: tuple[tuple[str, str], ...] = option(
+        (),
+        flags=("--header-from-env",),
+        multiple=True,
+        parse=parse_env_headers,
+        repr=False,
+        metavar="NAME:ENV",
+        help="Extra header NAME whose value is the environment variable ENV (repeatable): a secret "
+        "header kept out of the command line.",
+    )
     api_key: str | None = option(
         None,
         envvar=("LLMREPLAY_API_KEY", "OPENAI_API_KEY"),
@@ -290,10 +367,16 @@ class ReplayConfig:
     )
     multihost: MultiHostConfig = field(default_factory=MultiHostConfig)
 
+    @property
+    def sent_headers(self) -> tuple[tuple[str, str], ...]:
+        """The extra headers every request carries: --header's, then --header-from-env's."""
+        return self.headers + self.env_headers
+
     def public_dict(self) -> dict:
         """The configuration for run.json: no API key, header names only (values may be secrets)."""
         data = dataclasses.asdict(self)
         data.pop("api_key")
+        data.pop("env_headers")
         data["api_key_set"] = self.api_key is not None
-        data["headers"] = sorted({name for name, _ in self.headers})
+        data["headers"] = sorted({name for name, _ in self.sent_headers})
         return data

@@ -116,9 +116,14 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
     _note_short_warmup(planned.phases, config, console)
     if target.metrics_warning and console is not None and not config.quiet:  # once every check has passed
         console.print(f"warning: {target.metrics_warning}", markup=False, highlight=False, soft_wrap=True)
-    ready = _ready(config, planned, target, lengths, _claim(run_dir))
-    del planned  # the jobs hold each worker's plans
-    execution = _execute(config, ready, console)
+    claim = _claim(run_dir)
+    try:
+        ready = _ready(config, planned, target, lengths, claim.parts)
+        del planned  # the jobs hold each worker's plans
+        execution = _execute(config, ready, console)
+    except BadInput:  # refused before the clock started (a header, the barrier, a late start)
+        claim.release()
+        raise
     result_rows = _merge(config, ready, execution, run_dir)
     summary = summarize_file(  # the run's verdict: the checks `report` makes of it
         run_dir / RESULTS_FILE,
@@ -145,6 +150,10 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
 def _check_config(config: ReplayConfig, run_dir: Path) -> str:
     """What can be refused before the trace is read; returns the target's base URL."""
     refuse_used_run_dir(run_dir)
+    if config.multihost.start_barrier is not None:  # unreachable: refused before anything is written
+        from replayer.start_barrier import check_barrier
+
+        check_barrier(config.multihost.start_barrier)
     if config.workers < 1:
         raise BadInput(f"--workers {config.workers}: must be at least 1")
     if config.max_inflight < config.workers:
@@ -224,16 +233,42 @@ def _prompt_lengths(
     return choice
 
 
-def _claim(run_dir: Path) -> Path:
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The run directory's `.parts/` (0700: the request bodies in it are the trace's content), and the
+    directories this run created for it, removed again when the run is refused before its clock starts."""
+
+    parts: Path
+    created: tuple[Path, ...]  # innermost first
+
+    def release(self) -> None:
+        """Remove `.parts/` and whatever directory the claim created, so the next replay may use -o."""
+        import shutil
+
+        shutil.rmtree(self.parts, ignore_errors=True)
+        for directory in self.created:
+            try:
+                directory.rmdir()  # only while empty
+            except OSError:
+                break
+
+
+def _claim(run_dir: Path) -> Claim:
     """Make the run directory and its `.parts/`: a replay started into it since the check fails here."""
+    created = []
+    for directory in (run_dir, *run_dir.parents):
+        if directory.exists():
+            break
+        created.append(directory)
     run_dir.mkdir(parents=True, exist_ok=True)
     parts = run_dir / PARTS_DIR
     try:
-        parts.mkdir()
+        parts.mkdir(mode=0o700)
     except FileExistsError:
         refuse_used_run_dir(run_dir)
         raise
-    return parts
+    parts.chmod(0o700)  # whatever the umask: nobody else reads the bodies
+    return Claim(parts, tuple(created))
 
 
 def _ready(
@@ -495,7 +530,7 @@ def _jobs(config, plans, trace, rows, base_url, parts) -> tuple[list[WorkerJob],
     headers = [("User-Agent", f"{USER_AGENT}/{__version__}"), ("Content-Type", "application/json")]
     if config.api_key:
         headers.append(("Authorization", f"Bearer {config.api_key}"))
-    headers.extend(config.headers)
+    headers.extend(config.sent_headers)
     per_worker_inflight = max(1, config.max_inflight // config.workers)
     settings = LoopSettings(
         endpoint=parse_endpoint(base_url),

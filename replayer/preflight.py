@@ -380,8 +380,8 @@ class _Prober:
         self.headers = {"User-Agent": f"llmreplay/{__version__}", "Content-Type": "application/json"}
         if config.api_key:
             self.headers["Authorization"] = f"Bearer {config.api_key}"
-        self.headers.update(config.headers)
-        self.secrets = secret_values(config.headers, config.api_key)
+        self.headers.update(config.sent_headers)
+        self.secrets = secret_values(config.sent_headers, config.api_key)
         self.sent = 0
         self.gone: str | None = None
 

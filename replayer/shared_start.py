@@ -9,10 +9,10 @@ import time
 from dataclasses import dataclass
 
 from llmreplay.errors import BadInput
-from replayer.config import MultiHostConfig
+from replayer.config import START_AT_PAST_NS, MultiHostConfig
 from replayer.host_clock import clock_report, wall_ns
 
-LATE_TOLERANCE_NS = 50_000_000  # a shared start this far past already: the host would start behind the others
+LATE_TOLERANCE_NS = START_AT_PAST_NS  # a shared start this far past already: the host would start behind the others
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,6 +137,13 @@ def await_start(url: str, shard: int, shards: int, host: str, timeout_ns: int) -
         time.sleep(POLL_S)
 
 
+def check_barrier(url: str) -> None:
+    """One line unless `llmreplay barrier` answers at `url` (before a replay writes anything)."""
+    status, answer = _exchange(f"{url.rstrip('/')}/time", None, url)
+    if status != 200 or not isinstance(answer.get("unix_ns"), int):
+        raise BadInput(f"--start-barrier {url}: not an llmreplay barrier (GET /time answered {status})")
+
+
 def report_done(url: str, shard: int, shards: int, host: str) -> bool:
     """Tell the barrier this shard has finished (it exits once every shard has); False when it is gone."""
     body = json.dumps({"shard": shard, "shards": shards, "host": host}).encode()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import signal
 import sys
 from pathlib import Path
@@ -27,15 +26,17 @@ def run_sim(config: SimConfig) -> None:
 
 
 def _check_log_path(log_path: str | None) -> None:
+    """Refuse an unusable --log at start (a link, directory, device, unwritable place), not at exit."""
     if log_path is None:
         return
+    from llmreplay.output_paths import check_output_file
+    from llmreplay.sim.ground_truth import steps_log_path
+
     parent = Path(log_path).resolve().parent
     if not parent.is_dir():
         raise BadInput(f"--log {log_path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise BadInput(f"--log {log_path}: directory {parent} is not writable")
-    if Path(log_path).is_dir():
-        raise BadInput(f"--log {log_path}: is a directory")
+    for path in (log_path, steps_log_path(log_path)):
+        check_output_file(path, force=True, flag="--log")  # the sim replaces its logs of a former run
 
 
 async def serve(config: SimConfig, stop: asyncio.Event | None = None, on_listening=None) -> None:

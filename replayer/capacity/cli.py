@@ -31,9 +31,10 @@ def capacity(trace, as_json, html_path, **values):
     values["quiet"] = values["quiet"] or as_json
     replay = options.build(ReplayConfig, values, trace_path=trace, run_dir=STEP_RUN_DIR)
     config = options.build(CapacityConfig, values, trace_path=trace, replay=replay)
-    if html_path:
-        from llmreplay.output_paths import check_output_file
+    from llmreplay.output_paths import check_output_dir, check_output_file
 
+    check_output_dir(config.out_dir, "-o")  # before any step runs
+    if html_path:
         check_output_file(html_path, force=True, flag="--html")
     _run(config, as_json, html_path)
 

@@ -152,5 +152,5 @@ class CapacityConfig:
             "workers": replay.workers,
             "max_inflight": replay.max_inflight,
             "api_key_set": replay.api_key is not None,
-            "headers": sorted({name for name, _ in replay.headers}),
+            "headers": sorted({name for name, _ in replay.sent_headers}),
         }

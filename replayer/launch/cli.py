@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -9,7 +10,7 @@ import click
 
 from llmreplay import options
 from llmreplay.errors import BadInput
-from llmreplay.options import duration, option, positive
+from llmreplay.options import duration, option, positive, url
 from replayer.config import ScheduleConfig
 
 NS_PER_S = 1_000_000_000
@@ -21,7 +22,7 @@ class BarrierConfig:
 
     shards: int = option(type=int, required=True, check=positive, help="How many shards (hosts) to wait for.")
     host: str = option("127.0.0.1", help="Address to listen on (0.0.0.0 inside a pod).")
-    port: int = option(8787, type=int, help="Port to listen on.")
+    port: int = option(8787, type=int, int_range=(0, 65535), help="Port to listen on.")
     lead_ns: int = option(
         15 * NS_PER_S,
         flags=("--lead",),
@@ -65,12 +66,67 @@ def barrier(**values):
     click.echo(f"barrier: all {config.shards} shards done", err=True)
 
 
+_QUANTITY = re.compile(r"(?:\d+|\d*\.\d+)(?:[KMGTPE]i|[kMGTPE])?")  # bytes: no milli, no exponent
+_SECRET_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a DNS subdomain
+_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token
+# Headers whose values are credentials: never in a manifest (replay.yaml is read by anyone who can see
+# the Job) nor in a command line.
+SECRET_HEADERS = re.compile(
+    r"(?i)(proxy-)?authorization|cookie|x-api-key|api[-_]?key|.*(token|secret|password).*"
+)
+
+
+def memory_quantity(text: str, flag: str) -> str:
+    """A Kubernetes memory quantity (4Gi, 512Mi, 8G, 1.5Gi): the manifest is applied as written."""
+    if not _QUANTITY.fullmatch(text.strip()) or float(re.sub(r"[^\d.]", "", text) or 0) <= 0:
+        raise BadInput(f"{flag} {text!r}: not a Kubernetes memory quantity (write e.g. 4Gi, 512Mi or 8G)")
+    return text.strip()
+
+
+def parse_header_secrets(values: tuple[str, ...], flag: str) -> tuple[tuple[str, str, str], ...]:
+    """`NAME:SECRET/KEY` strings -> (header, Secret, key)."""
+    found = []
+    for text in values:
+        name, _, ref = (part.strip() for part in text.partition(":"))
+        secret, _, key = ref.partition("/")
+        valid = _HEADER_NAME.fullmatch(name) and _SECRET_NAME.fullmatch(secret) and _SECRET_KEY.fullmatch(key)
+        if not valid:
+            raise BadInput(
+                f"{flag} {text!r}: expected NAME:SECRET/KEY, e.g. x-api-key:staging-keys/api-key "
+                "(a header name, a Secret's name, a key in it)"
+            )
+        found.append((name, secret, key))
+    return tuple(found)
+
+
+def no_secret_args(values: tuple[str, ...], flag: str) -> tuple[str, ...]:
+    """--replay-arg values, refusing the ones that would put a credential into replay.yaml."""
+    for i, arg in enumerate(values):
+        option_name, eq, inline = arg.partition("=")
+        if option_name == "--api-key":
+            raise BadInput(
+                f"{flag} --api-key: the key would be written into replay.yaml in plain text; put it in a "
+                "Secret (key api-key) and pass --api-key-secret NAME"
+            )
+        if option_name != "--header":
+            continue
+        header = inline if eq else (values[i + 1] if i + 1 < len(values) else "")
+        name = header.partition(":")[0].strip()
+        if SECRET_HEADERS.fullmatch(name):
+            raise BadInput(
+                f"{flag} --header {name!r}: its value is a credential and would be written into replay.yaml "
+                f"in plain text; put it in a Secret and pass --header-secret {name}:SECRET/KEY"
+            )
+    return values
+
+
 @dataclass(frozen=True, slots=True)
 class K8sJobConfig:
     """What `k8s-job` writes manifests for (replayer.launch.k8s_job)."""
 
     trace: str = option(required=True, help="The trace's path inside the pods (on --volume-claim).")
-    target: str = option(required=True, metavar="URL", help="The staging engine, as the pods reach it.")
+    target: str = option(required=True, help="The staging engine, as the pods reach it.", **url())
     shards: int = option(type=int, required=True, check=positive, help="Hosts (pods) to replay on.")
     image: str = option(required=True, help="A container image with llmreplay installed.")
     volume_claim: str = option(
@@ -81,14 +137,32 @@ class K8sJobConfig:
     )
     name: str = option("llmreplay", help="Name of the Jobs and the Service (a DNS label).")
     namespace: str | None = option(None, help="Namespace of every object.")
-    cpus: int = option(2, type=int, check=positive, help="Whole CPUs per shard pod (requests = limits).")
-    memory: str = option("4Gi", help="Memory per shard pod (requests = limits).")
+    cpus: int = option(2, type=int, int_range=(1, 1024), help="Whole CPUs per shard pod (requests = limits).")
+    memory: str = option(
+        "4Gi",
+        parse=memory_quantity,
+        metavar="QUANTITY",
+        help="Memory per shard pod (requests = limits), a Kubernetes quantity: 4Gi, 512Mi, 8G.",
+    )
     runs_dir: str = option("/llmreplay/runs", help="Where the shards write their runs, inside the pods.")
     api_key_secret: str | None = option(
         None, help="A Secret with key `api-key`, passed as LLMREPLAY_API_KEY."
     )
+    header_secrets: tuple[tuple[str, str, str], ...] = option(
+        (),
+        flags=("--header-secret",),
+        multiple=True,
+        parse=parse_header_secrets,
+        metavar="NAME:SECRET/KEY",
+        help="Send header NAME with the value of KEY in the Secret SECRET (repeatable; never in the manifest).",
+    )
     replay_args: tuple[str, ...] = option(
-        (), flags=("--replay-arg",), multiple=True, help="An argument for every shard's replay (repeatable)."
+        (),
+        flags=("--replay-arg",),
+        multiple=True,
+        parse=no_secret_args,
+        help="An argument for every shard's replay (repeatable; secrets go in --api-key-secret or "
+        "--header-secret).",
     )
 
 
@@ -121,6 +195,7 @@ def k8s_job(**values):
         memory=config.memory,
         replay_args=config.replay_args,
         api_key_secret=config.api_key_secret,
+        header_secrets=config.header_secrets,
     )
     out = make_output_dir(config.out)
     for name, docs in (
@@ -132,8 +207,6 @@ def k8s_job(**values):
 
 
 def _check_dns_label(name: str) -> None:
-    import re
-
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?", name):
         raise BadInput(f"--name {name!r}: must be a DNS label (lowercase letters, digits, '-'; at most 42)")
 

@@ -35,6 +35,7 @@ class K8sJobSettings:
     barrier_timeout_s: int = 1800
     replay_args: tuple[str, ...] = field(default_factory=tuple)
     api_key_secret: str | None = None  # a Secret holding `api-key`, passed as LLMREPLAY_API_KEY
+    header_secrets: tuple[tuple[str, str, str], ...] = ()  # (header, Secret, key): env, --header-from-env
 
     @property
     def barrier_url(self) -> str:
@@ -97,6 +98,7 @@ def _replay_job(s: K8sJobSettings) -> dict:
         "-o",
         f'"{s.out_dir}/shard-$JOB_COMPLETION_INDEX"',
         *(shlex.quote(a) for a in s.replay_args),
+        *(f"--header-from-env {shlex.quote(f'{header}:{env}')}" for header, env in _header_envs(s)),
     ]
     job = _job(s, s.name, "replay", " ".join(args), completions=s.shards, cpus=s.cpus, memory=s.memory)
     job["spec"].update({"completionMode": "Indexed", "parallelism": s.shards})
@@ -114,14 +116,21 @@ def _replay_job(s: K8sJobSettings) -> dict:
             ]
         }
     }
-    if s.api_key_secret:
-        pod["containers"][0]["env"] = [
-            {
-                "name": "LLMREPLAY_API_KEY",
-                "valueFrom": {"secretKeyRef": {"name": s.api_key_secret, "key": "api-key"}},
-            }
-        ]
+    env = [_secret_env("LLMREPLAY_API_KEY", s.api_key_secret, "api-key")] if s.api_key_secret else []
+    for (_, secret, key), (_, name) in zip(s.header_secrets, _header_envs(s), strict=True):
+        env.append(_secret_env(name, secret, key))  # the replayer reads it: never in argv or the manifest
+    if env:
+        pod["containers"][0]["env"] = env
     return job
+
+
+def _header_envs(s: K8sJobSettings) -> list[tuple[str, str]]:
+    """(header, environment variable) of each --header-secret."""
+    return [(header, f"LLMREPLAY_HEADER_{i}") for i, (header, _, _) in enumerate(s.header_secrets)]
+
+
+def _secret_env(name: str, secret: str, key: str) -> dict:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
 
 
 def _job(s: K8sJobSettings, name: str, component: str, command: str, *, completions, cpus, memory) -> dict:

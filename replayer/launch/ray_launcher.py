@@ -33,7 +33,8 @@ class ShardRun:
 class ShardActor:
     """Lives on one node: runs one shard's replay as a subprocess and hands its run directory back."""
 
-    def run(self, shard: int, argv: list[str], scratch: str, cwd: str) -> ShardRun:
+    def run(self, shard: int, argv: list[str], scratch: str, cwd: str, env: dict | None = None) -> ShardRun:
+        """`env`: the secrets (secret_env), added to the subprocess's environment, never to its argv."""
         out = Path(scratch) / f"shard-{shard}"
         done = subprocess.run(
             [sys.executable, "-m", "llmreplay.cli", "replay", *argv, "-o", str(out)],
@@ -41,15 +42,19 @@ class ShardActor:
             text=True,
             check=False,
             cwd=cwd if Path(cwd).is_dir() else None,  # the driver's, where the node shares its disk
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
         )
         files = {name: (out / name).read_bytes() for name in RUN_FILES if (out / name).is_file()}
         return ShardRun(shard, socket.gethostname(), done.returncode, done.stderr[-STDERR_TAIL:], files)
 
 
-def run_on_ray(address: str, shards: int, cpus_per_shard: int, shard_argv, out_dir: Path) -> list:
-    """Place `shards` actors on distinct nodes, run `shard_argv(k)` on each, write each run to
-    `out_dir/shard-K/`; returns the ShardRuns. One line when the cluster cannot place them."""
+def run_on_ray(
+    address: str, shards: int, cpus_per_shard: int, shard_argv, out_dir: Path, env: dict | None = None
+) -> list:
+    """Place `shards` actors on distinct nodes, run `shard_argv(k)` on each with `env` added to its
+    environment, write each run to `out_dir/shard-K/`; returns the ShardRuns. One line when the cluster
+    cannot place them. `env` (the secrets) goes as a task argument: Ray's runtime_env env_vars would
+    show in every node's process list (setup_worker.py carries the serialized runtime_env in its argv)."""
     try:
         import ray
         from ray.util.placement_group import placement_group, remove_placement_group
@@ -74,12 +79,14 @@ def run_on_ray(address: str, shards: int, cpus_per_shard: int, shard_argv, out_d
         actor_class = ray.remote(num_cpus=cpus_per_shard)(ShardActor)
         actors = [
             actor_class.options(
-                scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=k)
+                scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=k),
             ).remote()
             for k in range(shards)
         ]
         scratch, cwd = str(out_dir.resolve() / ".ray-scratch"), os.getcwd()
-        runs = ray.get([actor.run.remote(k, shard_argv(k), scratch, cwd) for k, actor in enumerate(actors)])
+        runs = ray.get(
+            [actor.run.remote(k, shard_argv(k), scratch, cwd, env) for k, actor in enumerate(actors)]
+        )
         remove_placement_group(group)
     finally:
         ray.shutdown()
@@ -91,19 +98,37 @@ def run_on_ray(address: str, shards: int, cpus_per_shard: int, shard_argv, out_d
     return runs
 
 
-def shard_argv(argv: list[str], shard: int, shards: int, barrier_url: str) -> list[str]:
-    """`replay`'s own arguments for one shard: --ray, --shards and -o taken out, the shard's added."""
+SECRET_FLAGS = ("--api-key", "--header", "--header-from-env")  # their values go through the environment
+HEADER_ENV = "LLMREPLAY_HEADER_"  # + i: the value of the i-th header on a node
+
+
+def shard_argv(
+    argv: list[str], shard: int, shards: int, barrier_url: str, header_names: tuple[str, ...] = ()
+) -> list[str]:
+    """`replay`'s own arguments for one shard: --ray, --shards, -o and the secret-bearing flags taken
+    out, the shard's added, and each header named as coming from the environment (secret_env)."""
     out, skip = [], False
     for arg in argv:
         if skip:
             skip = False
             continue
         name = arg.split("=", 1)[0]
-        if name in ("--ray", "--shards", "-o", "--out"):
+        if name in ("--ray", "--shards", "-o", "--out", *SECRET_FLAGS):
             skip = "=" not in arg
             continue
         out.append(arg)
+    for i, header in enumerate(header_names):
+        out += ["--header-from-env", f"{header}:{HEADER_ENV}{i}"]
     return [*out, "--shard", f"{shard}/{shards}", "--start-barrier", barrier_url]
+
+
+def secret_env(config) -> dict[str, str]:
+    """The API key (from the flag or the driver's environment) and the header values, as the nodes'
+    environment: argv shows in every node's process list, the environment does not."""
+    env = {f"{HEADER_ENV}{i}": value for i, (_, value) in enumerate(config.sent_headers)}
+    if config.api_key:
+        env["LLMREPLAY_API_KEY"] = config.api_key
+    return env
 
 
 def replay_on_ray(config, argv: list[str], console) -> tuple[int, Path, dict]:
@@ -128,13 +153,15 @@ def replay_on_ray(config, argv: list[str], console) -> tuple[int, Path, dict]:
     host = driver_address(multihost.ray_address)
     server = serve_barrier(host, 0, state)
     barrier_url = f"http://{host}:{server.server_address[1]}"
+    header_names = tuple(name for name, _ in config.sent_headers)
     try:
         runs = run_on_ray(
             multihost.ray_address,
             multihost.shards,
             config.workers,
-            lambda k: shard_argv(argv, k, multihost.shards, barrier_url),
+            lambda k: shard_argv(argv, k, multihost.shards, barrier_url, header_names),
             shards_dir,
+            secret_env(config),
         )
     finally:
         server.shutdown()

@@ -88,6 +88,11 @@ def read_fields(path: str | Path) -> RequestFields:
         return pickle.load(handle)
 
 
+def private(path, flags: int) -> int:
+    """An `opener` creating the file 0600: a run's hand-off files are read by its own processes only."""
+    return os.open(path, flags, 0o600)
+
+
 class RequestFileWriter:
     """Appends tails in plan order; `close` makes both files appear complete under their names."""
 
@@ -95,7 +100,7 @@ class RequestFileWriter:
         self._tails_path = Path(tails_path)
         self._fields_path = Path(fields_path)
         self._tmp = self._tails_path.with_name(f".{self._tails_path.name}.tmp-{os.getpid()}")
-        self._out = open(self._tmp, "wb", buffering=1 << 20)
+        self._out = open(self._tmp, "wb", buffering=1 << 20, opener=private)  # bodies: the trace's content
         self._ends = array("q")
         self._path_codes = bytearray()
         self._streams = bytearray()
@@ -158,7 +163,7 @@ def dump_pickle_atomic(path: Path, *values) -> None:
     complete under its name, or absent."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as handle:
+        with open(tmp, "wb", opener=private) as handle:
             for value in values:
                 pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
         publish(tmp, path, durable=False)

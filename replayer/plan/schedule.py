@@ -157,12 +157,13 @@ def build_schedule(rows: ScheduleInput, config: ScheduleConfig) -> Schedule:
         by_time = cancelled & ~by_tokens & (e2e > 0)
         cancel_tokens[by_tokens] = tokens[by_tokens]
         cancel_ns[by_time] = e2e[by_time]
-    due_ns = compressed / config.speed
-    think_ns = np.where(think == NONE, 0, think) / config.speed
+    with np.errstate(over="ignore"):  # a tiny --speed: infinite offsets, refused just below
+        due_ns = compressed / config.speed
+        think_ns = np.where(think == NONE, 0, think) / config.speed
     longest = max(float(due_ns.max()), float(think_ns.max()))
     if longest > MAX_OFFSET_NS:  # beyond int64 nanoseconds: replay.plan_bounds would never see it
         raise BadInput(
-            f"--speed {config.speed:g}: the schedule would span {format_duration(round(longest))}; "
+            f"--speed {config.speed:g}: the schedule would span {_span_text(longest)}; "
             "cut it with --max-idle-gap, --to or a higher --speed"
         )
     base = Schedule(
@@ -328,3 +329,10 @@ def scale_load(base: Schedule, session_keys: pa.Array, scale: float, seed: int, 
         cancel_after_tokens=copies.cancel_after_tokens,
         cancel_after_ns=copies.cancel_after_ns,
     )
+
+
+def _span_text(ns: float) -> str:
+    """A span past MAX_OFFSET_NS for a message: in years while that is a readable number."""
+    if not ns < 1e26:  # inf and nan included: about 3 billion years
+        return "more than a billion years"
+    return format_duration(round(ns))
