@@ -190,12 +190,18 @@ def _chain(first, rest):
     yield from rest
 
 
+EXPORT_TARGETS = ("mooncake", "csv")
+MOONCAKE_ONLY = ("block_size", "session_timing")
+
+
 @click.command("export")
-@click.argument("target", type=click.Choice(["mooncake"]))
+@click.argument("target", type=click.Choice(EXPORT_TARGETS))
 @click.argument("trace", type=click.Path(path_type=Path))
 @options.click_options(MooncakeExportConfig)
-def export_trace(target: str, trace: Path, **values):
-    """Write TRACE as Mooncake jsonl (timestamps in ms from its first request) for AIPerf or SGLang.
+@click.pass_context
+def export_trace(ctx: click.Context, target: str, trace: Path, **values):
+    """Write TRACE as Mooncake jsonl (timestamps in ms from its first request) for AIPerf or SGLang;
+    or (csv) a replay run as one CSV row per request, or a `compare --json` result as its gate's cases.
 
     \b
     AIPerf:
@@ -206,7 +212,13 @@ def export_trace(target: str, trace: Path, **values):
     SGLang:
       python -m sglang.bench_serving --backend sglang --model MODEL --dataset-name mooncake
         --dataset-path OUT --mooncake-workload conversation --use-trace-timestamps true
+    CSV (docs/compare-format.md#csv):
+      llmreplay export csv runs/candidate -o requests.csv     # a run: one row per request, ms columns
+      llmreplay export csv compare.json -o gate.csv           # compare --json: one row per gate case
     """
+    if target == "csv":
+        _export_csv(ctx, trace, values)
+        return
     config = options.build(MooncakeExportConfig, values, trace_path=trace)
     summary = export_mooncake(config, block_size_given=values["block_size"] is not None)
     for warning in summary.warnings:
@@ -215,3 +227,26 @@ def export_trace(target: str, trace: Path, **values):
         reasons = "; ".join(f"{count} {reason}" for reason, count in summary.skipped.items())
         click.echo(f"llmreplay export: skipped {sum(summary.skipped.values())} rows: {reasons}", err=True)
     click.echo(f"wrote {summary.rows_written} rows to {config.output_path}")
+
+
+def _export_csv(ctx: click.Context, source: Path, values: dict) -> None:
+    """A run (directory or results.parquet) as per-request CSV; a compare result (.json) as its gate cases."""
+    for name in MOONCAKE_ONLY:
+        if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT):
+            raise BadInput(f"{options.flag_of(MooncakeExportConfig, name)}: applies to 'export mooncake' only")
+    out = as_path(values["output_path"], "-o")
+    force = bool(values.get("force"))
+    if source.is_file() and source.suffix == ".json":
+        from llmreplay.compare_format import gate_cases, read_compare_result
+        from llmreplay.compare_outputs import verdict_csv
+        from llmreplay.output_paths import write_atomic
+
+        check_output_file(out, force, "-o")
+        result = read_compare_result(source)
+        write_atomic(out, verdict_csv(result), force, "-o")
+        click.echo(f"wrote {len(gate_cases(result))} gate cases to {out}")
+        return
+    from llmreplay.run_csv import write_requests_csv
+
+    rows = write_requests_csv(source, out, force, "-o")
+    click.echo(f"wrote {rows} requests to {out}")

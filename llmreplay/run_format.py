@@ -247,6 +247,18 @@ def read_run(results: Path, where: str) -> tuple[pa.Table, dict[str, Any]]:
     return table, run_json
 
 
+def find_results(root: Path) -> Path | None:
+    """results.parquet of the run directory `root` (or `root` itself, that file); None when `root` is not
+    a run; BadInput for a run directory without it (a replay that did not finish)."""
+    if root.is_dir() and (root / RESULTS_FILE).is_file():
+        return root / RESULTS_FILE
+    if root.is_file() and root.name == RESULTS_FILE:
+        return root
+    if root.is_dir() and (root / RUN_FILE).is_file():
+        raise BadInput(f"{root}: run directory without {RESULTS_FILE} (did the replay finish?)")
+    return None
+
+
 def stated_load(run_json: dict[str, Any]) -> dict[str, float]:
     """The replay's --speed and --scale as run.json states them (positive numbers only; missing otherwise)."""
     config = run_json.get("config")

@@ -14,12 +14,36 @@ from replayer.compare.config import REPORT_FIELDS, CompareConfig
 
 
 def _output_options(command):
+    command = click.option(
+        "--csv",
+        "csv_path",
+        metavar="FILE",
+        help="Write the gate's cases (fidelity checks, latency cells, SLOs, error checks) as CSV.",
+    )(command)
+    command = click.option(
+        "--junit",
+        "junit_path",
+        metavar="FILE",
+        help="Write the gate as JUnit XML for CI: a test case per check, cell and SLO; failures carry the reason.",
+    )(command)
     command = click.option("--html", "html_path", metavar="FILE", help="Write a self-contained HTML report.")(
         command
     )
-    return click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON (no table).")(
-        command
-    )
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help="Print the whole result as JSON (no table): format llmreplay.compare, docs/compare-format.md.",
+    )(command)
+
+
+def _check_outputs(outputs: dict) -> None:
+    """Every file output may be written, before any work (llmreplay.output_paths)."""
+    from llmreplay.output_paths import check_output_file
+
+    for flag, path in outputs.items():
+        if path:
+            check_output_file(path, force=True, flag=flag)
 
 
 @click.command()
@@ -27,7 +51,7 @@ def _output_options(command):
 @click.argument("candidate", type=click.Path())
 @options.click_options(CompareConfig)
 @_output_options
-def compare(baseline, candidate, as_json, html_path, **values):
+def compare(baseline, candidate, as_json, html_path, junit_path, csv_path, **values):
     """Compare CANDIDATE against BASELINE; each a replay run directory or a recorded trace.
 
     One headline first, then per metric percentile a paired-bootstrap CI and verdict, SLOs, errors,
@@ -37,8 +61,10 @@ def compare(baseline, candidate, as_json, html_path, **values):
     from replayer.compare.sides import compare_sides
 
     config = options.build(CompareConfig, values)
+    outputs = {"--html": html_path, "--junit": junit_path, "--csv": csv_path}
+    _check_outputs(outputs)
     result = compare_sides(load_side(baseline, "baseline"), load_side(candidate, "candidate"), config)
-    _emit(result, as_json, html_path)
+    _emit(result, as_json, outputs)
     raise SystemExit(result["verdict"]["exit_code"])
 
 
@@ -46,7 +72,7 @@ def compare(baseline, candidate, as_json, html_path, **values):
 @click.argument("run", type=click.Path())
 @options.click_options(CompareConfig, only=REPORT_FIELDS)
 @_output_options
-def report(run, as_json, html_path, **values):
+def report(run, as_json, html_path, junit_path, csv_path, **values):
     """Report on one replay RUN directory (or a trace) without a baseline.
 
     Exit 1 when the run was interrupted or unfaithful, its error rate is over --max-error-rate, or
@@ -56,21 +82,32 @@ def report(run, as_json, html_path, **values):
     from replayer.compare.sides import summarize_side
 
     config = options.build(CompareConfig, values)
+    outputs = {"--html": html_path, "--junit": junit_path, "--csv": csv_path}
+    _check_outputs(outputs)
     result = summarize_side(load_side(run, "run"), config)
-    _emit(result, as_json, html_path)
+    _emit(result, as_json, outputs)
     raise SystemExit(result["verdict"]["exit_code"])
 
 
-def _emit(result: dict, as_json: bool, html_path: str | None) -> None:
+def _emit(result: dict, as_json: bool, outputs: dict) -> None:
+    html_path = outputs.get("--html")
     if html_path:
         from llmreplay.output_paths import write_atomic
         from replayer.report.html import render_html
 
         write_atomic(html_path, render_html(result), force=True, flag="--html")  # checked, atomic
-    if as_json:
-        import json
+    if outputs.get("--junit"):
+        from llmreplay.compare_outputs import write_junit
 
-        click.echo(json.dumps(_finite(result), indent=2, allow_nan=False, default=str))
+        write_junit(outputs["--junit"], result)
+    if outputs.get("--csv"):
+        from llmreplay.compare_outputs import write_verdict_csv
+
+        write_verdict_csv(outputs["--csv"], result)
+    if as_json:
+        from llmreplay.compare_format import dumps
+
+        click.echo(dumps(result))
     else:
         import sys
 
@@ -80,16 +117,6 @@ def _emit(result: dict, as_json: bool, html_path: str | None) -> None:
 
         console = Console(width=None if sys.stdout.isatty() else 140)
         render_terminal(result, console)
-        if html_path:
-            console.print(f"HTML report: {html_path}")
-
-
-def _finite(value):
-    """NaN and infinities become null: JSON has no spelling for them."""
-    if isinstance(value, float):
-        return value if value == value and abs(value) != float("inf") else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
+        for flag, what in (("--html", "HTML report"), ("--junit", "JUnit XML"), ("--csv", "gate cases CSV")):
+            if outputs.get(flag):
+                console.print(f"{what}: {outputs[flag]}")

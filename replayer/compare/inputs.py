@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from llmreplay.durations import format_duration
 from llmreplay.errors import BadInput
-from llmreplay.run_format import RESULTS_FILE, RUN_FILE, read_run
+from llmreplay.run_format import find_results, read_run
 from llmreplay.trace_format import COMPARED_COLUMNS, LATENCY_COLUMNS
 
 TRACE = "trace"
@@ -48,21 +48,11 @@ def load_side(path: str | Path, label: str) -> Side:
     root = Path(path)
     if not root.exists():
         raise BadInput(f"{label} {root}: no such file or directory")
-    results = _results_path(root)
+    results = find_results(root)
     side = _load_run(results, label) if results else _load_trace(root, label)
     if side.table.num_rows == 0:
         raise BadInput(f"{label} {root}: empty {side.kind} (no requests)")
     return side
-
-
-def _results_path(root: Path) -> Path | None:
-    if root.is_dir() and (root / RESULTS_FILE).is_file():
-        return root / RESULTS_FILE
-    if root.is_file() and root.name == RESULTS_FILE:
-        return root
-    if root.is_dir() and (root / RUN_FILE).is_file():
-        raise BadInput(f"{root}: run directory without {RESULTS_FILE} (did the replay finish?)")
-    return None
 
 
 def _load_run(results: Path, label: str) -> Side:

@@ -87,6 +87,7 @@ def compare_sides(baseline: Side, candidate: Side, config: CompareConfig) -> dic
     result = {
         "mode": "compare",
         "tolerance": config.tolerance,
+        "fail_on_inconclusive": config.fail_on_inconclusive,
         "error_rate_tolerance": config.error_rate_tolerance,
         "max_error_rate": config.max_error_rate,
         "confidence": config.confidence,

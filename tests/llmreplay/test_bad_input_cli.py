@@ -228,7 +228,7 @@ USAGE = [
     (["import"], "Missing argument"),
     (["import", "nosuch", "x", "-o", "y"], "'nosuch' is not one of"),
     (["import", "mooncake", str(SAMPLES), "-o", "y"], "is a directory"),
-    (["export", "nosuch", "x", "-o", "y"], "'nosuch' is not 'mooncake'"),
+    (["export", "nosuch", "x", "-o", "y"], "'nosuch' is not one of 'mooncake', 'csv'"),
     (["export", "mooncake", "x", "-o"], "Option '-o' requires an argument"),
     (["anonymize", "x", "-o", "y", "--prefix-sharing", "some"], "'some' is not one of"),
     (["anonymize", "x"], "Missing option '-o' / '--out'"),
