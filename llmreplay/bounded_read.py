@@ -30,9 +30,12 @@ def read_whole(
             sock.settimeout(left)
         part = response.read1(65536)
         if not part:
+            missing = getattr(response, "length", None)  # Content-Length bytes the peer never sent
             # read1 never marks a Content-Length body done (its last call asks for 0 bytes): closing does,
             # so the kept-alive connection can carry the next request instead of failing after sending it
             response.close()
+            if missing:
+                raise http.client.IncompleteRead(b"".join(parts), missing)
             return b"".join(parts)
         size += len(part)
         if max_bytes is not None and size > max_bytes:
