@@ -53,7 +53,9 @@ def single_token_vocabulary(
     vocabulary = {}
     if len(preferred) < MAX_VOCABULARY_WORDS:
         own = (w for w in _hash_order(vocabulary_words(tokenizer)) if " " + w not in preferred)
-        vocabulary = _single_tokens(tokenizer, own, limit=MAX_VOCABULARY_WORDS - len(preferred) + _SPARE_WORDS)
+        vocabulary = _single_tokens(
+            tokenizer, own, limit=MAX_VOCABULARY_WORDS - len(preferred) + _SPARE_WORDS
+        )
     single = preferred | vocabulary
     # A fixed pseudo-random order spreads the kept words over all sources (not just "a..d").
     ordered = _hash_order(preferred) + _hash_order(vocabulary)
@@ -92,7 +94,7 @@ def vocabulary_words(tokenizer: Tokenizer) -> list[str]:
 
 
 def _single_tokens(tokenizer: Tokenizer, words, limit: int | None = None) -> dict[str, int]:
-    """" word" -> its id, for the words that encode to one token and decode back to themselves."""
+    """ " word" -> its id, for the words that encode to one token and decode back to themselves."""
     if hasattr(tokenizer, "single_token_words"):  # checked in bulk by the tokenizer itself
         found = tokenizer.single_token_words(words)
         return dict(list(found.items())[:limit]) if limit is not None else found
@@ -161,8 +163,8 @@ class ExactText:
         indices: list[int] = []
         counter = 0
         while len(indices) < n_tokens:
-            digest = hashlib.blake2b(seed, digest_size=64, salt=counter.to_bytes(16, "little")).digest()
-            indices.extend(i & mask for i in _UNPACK_DIGEST(digest))
+            digest = blake2b(seed, digest_size=64, salt=counter.to_bytes(16, "little")).digest()
+            indices += [i & mask for i in unpack(digest)]
             counter += 1
         del indices[n_tokens:]
         return indices
