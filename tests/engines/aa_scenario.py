@@ -545,13 +545,13 @@ def measure(res: PhaseResult, engine_url: str, model: str, sent: list[Sent], tra
             if id(r) in seen and r.get("ttft_ns") and seen[id(r)].get("ttft_ns")]
     res.observer_hop_ms_p50 = _pct(hops, 50)
 
-    # reusable prefixes, each side over all of its own successful requests in arrival order
+    # reusable prefixes, "earlier" in production's order on both sides: requests sent within the same
+    # millisecond may leave the replay in the other order, which moves a shared prefix from one to the
+    # other without changing what the engine reuses
     prod_prefix = reusable_prefixes([tokenize(engine_url, model, s.messages) for s in prod])
-    replay_obs = sorted(seen.values(), key=lambda o: _us(o["arrival_time"]))
-    replay_ids = [tokenize(engine_url, model, json.loads(o["content_messages"])) for o in replay_obs]
-    replay_prefix = dict(zip((id(o) for o in replay_obs), reusable_prefixes(replay_ids), strict=True))
-    diffs = [replay_prefix[id(seen[id(r)])] - prod_prefix[k]
-             for k, r in enumerate(replayed) if r is not None and id(r) in seen]
+    pairs = [(k, seen[id(r)]) for k, r in enumerate(replayed) if r is not None and id(r) in seen]
+    replay_ids = [tokenize(engine_url, model, json.loads(o["content_messages"])) for _, o in pairs]
+    diffs = [got - prod_prefix[k] for (k, _), got in zip(pairs, reusable_prefixes(replay_ids), strict=True)]
     res.prefix_pairs = len(diffs)
     if len(diffs) < len(prod):
         res.notes.append(f"only {len(diffs)} of {len(prod)} production requests paired with what the replay sent")
