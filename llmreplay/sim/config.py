@@ -111,7 +111,13 @@ class SimConfig:
         check=non_negative,
         help="Waiting-queue limit; beyond it requests get 429 with Retry-After.",
     )
-    retry_after_s: int = option(1, type=int, check=non_negative, help="Retry-After seconds sent with 429.")
+    retry_after_s: int = option(
+        1,
+        type=int,
+        check=non_negative,
+        int_range=(0, 10**40),  # beyond any clock on purpose: a hostile Retry-After is what the recorder's tests send
+        help="Retry-After seconds sent with 429.",
+    )
     response_store_tokens: int = option(
         8_000_000,
         type=int,
