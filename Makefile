@@ -25,7 +25,8 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-# everything but the real engines and the long accuracy searches (those run in test-engines)
+# everything but the real engines and the long runs (accuracy searches, end-to-end runs of 15 s or more:
+# tests/long_runs.py); those run in test-engines
 test: $(STAMP) lint
 	$(VENV)/bin/pytest -q -m "not long" --ignore=tests/engines
 
@@ -36,7 +37,8 @@ test-fast: $(STAMP) lint
 # Real engines (vLLM CPU, llama.cpp llama-server) built once into ~/.cache/llmreplay/engines (or the
 # folder in LLMREPLAY_ENGINE_CACHE): ~7-12 min cold for the llama.cpp build, seconds when cached. An engine whose
 # prerequisite the machine lacks (cmake, the torch wheel, Python 3.11) is left out and its tests skip.
-# Also the long accuracy searches against the sim (marker `long`: capacity found within 10% of the model).
+# Also the long runs (marker `long`): the accuracy searches against the sim (capacity found within 10% of the
+# model) and the end-to-end runs of 15 s or more listed in tests/long_runs.py.
 test-engines: $(STAMP)
 	$(PY) tests/engines/engine_setup.py --allow-missing
 	$(VENV)/bin/pytest -q -m engines tests/engines

@@ -58,7 +58,7 @@ def aa_results(engine, tmp_path_factory) -> dict[tuple[str, str], aa.PhaseResult
         pytest.skip(_llama_skip_reason(engine))
     work = tmp_path_factory.mktemp(f"aa-{engine.name}")
     with aa.pinned(engine.proc.pid):
-        results = aa.run_all(engine.base_url, engine.model, str(engine.model_dir / "tokenizer.json"), aa.FULL,
+        results = aa.run_all(engine.base_url, engine.model, str(engine.model_dir / "tokenizer.json"), aa.TEST,
                              work)
     for (variant, kind), res in results.items():
         record_figure(engine.name, f"aa_{variant}_{kind}", {

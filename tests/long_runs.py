@@ -1,0 +1,32 @@
+"""The `long` marker's table: end-to-end runs of 15 s or more each (measured with --durations on the
+2-core machine), which `make test` leaves out to stay under 15 minutes and `make test-engines` runs.
+A plugin of tests/conftest.py; tests/test_long_runs.py holds every name to a test that exists."""
+
+from __future__ import annotations
+
+import pytest
+
+LONG = frozenset(
+    {
+        "tests/replayer/capacity/test_capacity_kill.py::test_a_killed_search_resumes_from_its_finished_steps_to_the_same_answer",
+        "tests/replayer/capacity/test_capacity_e2e.py::test_a_throttled_client_is_client_bound_and_a_rerun_that_keeps_up_runs_it_again",
+        "tests/recorder/test_recorder_e2e.py::test_converter_deaths_at_start_and_after_never_stop_the_proxy",
+        "tests/replayer/compare/test_compare_e2e.py::test_replays_against_fast_and_slow_sims_show_a_ttft_regression",
+        "tests/recorder/test_recorder_reasoning_e2e.py::test_reasoning_is_measured_alike_recorded_replayed_and_compared",
+        "tests/replayer/compare/test_compare_ci_outputs.py::test_gate_in_ci_against_sims",
+        "tests/recorder/test_recorder_fleet_e2e.py::test_three_recorders_siblings_are_one_trace",
+        "tests/replayer/results/test_soak_e2e.py::test_a_warmed_up_soak_loops_the_window_and_reports_its_drift",
+        "tests/recorder/test_recorder_sigkill.py::test_three_sigkills_under_mixed_traffic_lose_no_completed_request",
+        "tests/replayer/test_ray_e2e.py::test_a_replay_on_two_ray_nodes_is_the_whole_trace_merged",
+        "tests/replayer/test_ray_e2e.py::test_keys_reach_the_nodes_through_the_environment_never_their_argv",
+        "tests/recorder/test_recorder_bomb_e2e.py::test_a_gzip_bomb_neither_stalls_nor_loses_anything",
+        "tests/replayer/test_multihost_e2e.py::test_merge_refuses_what_is_not_one_replays_shards",
+        "tests/replayer/test_multihost_e2e.py::test_shards_merged_are_the_whole_trace_on_time[4]",
+    }
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid in LONG:
+            item.add_marker(pytest.mark.long)
