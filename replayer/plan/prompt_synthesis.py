@@ -59,17 +59,19 @@ class BlockSpeller:
         size = self.block_size
         position = 0
         out = []
-        for shape in shapes:
+        last = len(shapes) - 1
+        for index, shape in enumerate(shapes):
             pieces: list[str] = []
             remaining = shape.tokens
             while remaining > 0:
                 block, within = divmod(position, size)
                 take = min(remaining, size - within)
-                seed = (
-                    block_hashes[block]
-                    if block < len(block_hashes)
-                    else unit_hash(0, request_key, str(block))
-                )
+                if block >= len(block_hashes):
+                    seed = unit_hash(0, request_key, str(block))
+                elif take == remaining and within + take < size and index < last:
+                    seed = message_end_seed(block_hashes, block, position + take)
+                else:
+                    seed = block_hashes[block]
                 pieces.extend(self.block_words(seed ^ nonce)[within : within + take])
                 position += take
                 remaining -= take
@@ -84,6 +86,15 @@ class BlockSpeller:
             words.extend(self.block_words(unit_hash(0, key, f"t{block}") ^ nonce))
             block += 1
         return "".join(words[:tokens])
+
+
+def message_end_seed(block_hashes: Sequence[int], block: int, end: int) -> int:
+    """The seed of a message's last words in a block that runs on into the next message: the block's
+    hash names the next message's start too, so prompts sharing a whole message (a system prompt) would
+    differ in its last words; the hash before the block and where the message ends name them instead.
+    Two messages of one length whose last block differs share those words too: at most one block."""
+    previous = block_hashes[block - 1] if block else 0
+    return unit_hash(previous, "message-end", str(end))
 
 
 def corrected(shapes: Sequence[MessageShape], correction: int) -> list[MessageShape]:
