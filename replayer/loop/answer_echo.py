@@ -11,15 +11,15 @@ import orjson
 
 from llmreplay.openai_wire.response import summarize_json, summarize_stream
 from llmreplay.sse import SSESplitter
-from replayer.loop.request_file import HEADER_END
+from replayer.loop.http_pool import with_new_body
 
 # Control characters: JSON escapes them, so they cannot come from text; "\x01...:<turns back>\x02 text \x03".
+ECHO_DIALECT = "chat"  # the dialect whose answers a next turn may echo (Chat Completions)
 ANSWER_OPEN = "\x01llmreplay:answer:"
 ANSWER_CLOSE = "\x03"
 _OPEN = orjson.dumps(ANSWER_OPEN)[1:-1]  # as it stands in a JSON body
 _MARK = re.compile(re.escape(_OPEN) + rb"(\d{1,6})\\u0002(.*?)\\u0003", re.DOTALL)
 _TEXT_MARK = re.compile(re.escape(ANSWER_OPEN) + r"(\d{1,6})\x02")
-_LENGTH = b"\r\nContent-Length: "
 
 Answers = list  # [str | None]: the session's earlier answers as staging gave them, the latest first
 
@@ -55,19 +55,11 @@ def answer_text(parts: list[bytes], streamed: bool) -> str | None:
 
 def with_answers(request: bytes, answers: Answers) -> bytes:
     """The request with each marked text replaced by staging's answer of that turn (its text as built
-    when that turn failed or is not known) and Content-Length (the last header, as
-    http_pool.encode_request writes it) made to fit."""
-    body_start = request.index(HEADER_END) + len(HEADER_END)
+    when that turn failed or is not known)."""
 
     def splice(match: re.Match) -> bytes:
         back = int(match.group(1))
         answer = answers[back - 1] if 0 < back <= len(answers) else None
         return match.group(2) if answer is None else orjson.dumps(answer)[1:-1]
 
-    return with_body(request, body_start, _MARK.sub(splice, request[body_start:]))
-
-
-def with_body(request: bytes, body_start: int, body: bytes) -> bytes:
-    """`request` with a new body and its Content-Length header made to fit."""
-    length_at = request.rindex(_LENGTH, 0, body_start)
-    return b"%s%s%d%s%s" % (request[:length_at], _LENGTH, len(body), HEADER_END, body)
+    return with_new_body(request, lambda body: _MARK.sub(splice, body))

@@ -6,8 +6,7 @@ from __future__ import annotations
 import orjson
 
 from llmreplay.openai_wire.responses_api import PREVIOUS_RESPONSE_PLACEHOLDER
-from replayer.loop.answer_echo import with_body
-from replayer.loop.request_file import HEADER_END
+from replayer.loop.http_pool import with_new_body
 
 PLACEHOLDER_JSON = orjson.dumps(PREVIOUS_RESPONSE_PLACEHOLDER)  # as it stands in the body: quoted
 CHAINED_DIALECT = "responses"
@@ -21,6 +20,4 @@ def is_chained(request: bytes) -> bool:
 def with_previous_response(request: bytes, response_id: str) -> bytes:
     """The request with the placeholder replaced by `response_id` (JSON-escaped) and its
     Content-Length (the last header, as http_pool.encode_request writes it) made to fit."""
-    body_start = request.index(HEADER_END) + len(HEADER_END)
-    body = request[body_start:].replace(PLACEHOLDER_JSON, orjson.dumps(response_id), 1)
-    return with_body(request, body_start, body)
+    return with_new_body(request, lambda body: body.replace(PLACEHOLDER_JSON, orjson.dumps(response_id), 1))

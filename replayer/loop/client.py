@@ -427,13 +427,13 @@ class ClientExchange:
             _finish_stream(self._sse, outcome, self._raw)
         elif state == _WHOLE and outcome.error_kind is None:
             _read_whole(b"".join(self._body), self._content_type, outcome, self.stream, self._dialect)
-        if self.keep_answer and outcome.error_kind is None and state in (_SSE, _WHOLE):
-            kept = self._raw if state == _SSE else self._body
-            self.answer = None if kept is None else (kept, state == _SSE)
         elif state == _HEAD and outcome.error_kind is None:
             outcome.fail("invalid_response", "the connection ended before a response")
         elif state == _ERROR and self._body:
             outcome.error_detail = b"".join(self._body).decode("utf-8", "replace")
+        if self.keep_answer and outcome.error_kind is None and state in (_SSE, _WHOLE):
+            kept = self._raw if state == _SSE else self._body
+            self.answer = None if kept is None else (kept, state == _SSE)
         self._raw = self._body = None
         if not self.done.done():
             self.done.set_result(outcome)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from llmreplay.errors import BadInput
@@ -38,6 +38,10 @@ def parse_endpoint(base_url: str) -> Endpoint:
     return Endpoint(host, port, tls, host_header, parsed.path.rstrip("/"))
 
 
+HEADER_END = b"\r\n\r\n"
+_LENGTH = b"\r\nContent-Length: "
+
+
 def encode_request(
     endpoint: Endpoint, method: str, path: str, headers: Iterable[tuple[str, str]], body: bytes
 ) -> bytes:
@@ -53,6 +57,15 @@ def encode_request(
     except UnicodeEncodeError:
         raise BadInput("a header value has characters HTTP/1.1 cannot carry (not Latin-1)") from None
     return head + body
+
+
+def with_new_body(request: bytes, rewrite: Callable[[bytes], bytes]) -> bytes:
+    """An encoded request with its body rewritten and Content-Length (the last header, as
+    encode_request writes it) made to fit: a body completed at send time."""
+    body_start = request.index(HEADER_END) + len(HEADER_END)
+    body = rewrite(request[body_start:])
+    length_at = request.rindex(_LENGTH, 0, body_start)
+    return b"%s%s%d%s%s" % (request[:length_at], _LENGTH, len(body), HEADER_END, body)
 
 
 class Connection(asyncio.Protocol):

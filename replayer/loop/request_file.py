@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmreplay.output_paths import publish
-from replayer.loop.http_pool import Endpoint, encode_request
+from replayer.loop.http_pool import HEADER_END, Endpoint, encode_request
 
-HEADER_END = b"\r\n\r\n"
 # encode_request's request line and Host header for an empty endpoint and path: cut from its output
 # to keep only the tail, so tails get exactly its header validation and layout.
 _BARE = Endpoint("", 0, False, "", "")

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from replayer.loop.answer_echo import answer_text, echoes, with_answers
+from replayer.loop.answer_echo import ECHO_DIALECT, answer_text, echoes, with_answers
 from replayer.loop.chain import CHAINED_DIALECT, is_chained, with_previous_response
 from replayer.loop.client import NEVER_NS, ClientExchange, Outcome, ReadClock
 from replayer.loop.clock import Clock, SystemClock
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from replayer.plan.arrays import PlanArrays, PlannedRequest
 
 USER_AGENT = "llmreplay"
-ECHO_DIALECT = "chat"  # the answers a next turn may echo (replayer.loop.answer_echo)
 WATCHDOG_MAX_INTERVAL_NS = 1_000_000_000
 WATCHDOG_MIN_INTERVAL_NS = 10_000_000
 
@@ -66,13 +65,12 @@ class Counters:
 class _Call:
     """A request between dispatch and its result: the exchange once written, for stop and timeouts."""
 
-    __slots__ = ("outcome", "exchange", "task", "answer", "answers")
+    __slots__ = ("outcome", "exchange", "task", "answers")
 
     def __init__(self, outcome: Outcome):
         self.outcome = outcome
         self.exchange: ClientExchange | None = None
         self.task: asyncio.Task | None = None
-        self.answer: tuple[list[bytes], bool] | None = None  # kept for the session's next turn
         self.answers: list | None = None  # the session's earlier answers this turn was given
 
 
@@ -303,7 +301,6 @@ class Runner:
                 )
                 exchange.send(pool, conn, request)
                 await exchange.done
-            call.answer = exchange.answer
         except asyncio.CancelledError:
             if outcome.stop_reason is None:
                 raise
@@ -343,7 +340,7 @@ class Runner:
         # the turn ended when its last bytes were read, not when this task got to run
         ended_ns = self._now() if outcome.e2e_ns is None else outcome.sent_ns + outcome.e2e_ns
         failed = outcome.error_kind is not None
-        answer = None if failed else call.answer
+        answer = None if failed or call.exchange is None else call.exchange.answer
         self._follow(plan, ended_ns, None if failed else outcome.response_id, answer, call.answers)
         if not self._calls and not self._waiting:
             self._idle.set()

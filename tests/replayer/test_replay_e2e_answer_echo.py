@@ -10,7 +10,7 @@ import json
 import pytest
 from replay_helpers import content_record, results, run_replay, write_content_trace
 
-from llmreplay.trace_format import MessageShape
+from llmreplay.trace_format import MessageShape, TraceMeta
 from llmreplay.trace_io import read_trace, write_trace
 from tests.recorder.test_recorder_e2e import start_recorder, stop
 
@@ -49,7 +49,7 @@ def _replayed(tmp_path, processes, start_sim, shape: bool) -> list[tuple[list, s
     records = sorted((r for s in range(3) for r in _conversation(s, s * 40.0)), key=lambda r: r.arrival_time)
     if shape:
         records = [dataclasses.replace(r, content_messages=None) for r in records]
-        trace = write_trace(tmp_path / "t.parquet", records, read_trace_meta(shape=True))
+        trace = write_trace(tmp_path / "t.parquet", records, TraceMeta(source="test", block_size=16))
     else:
         trace = write_content_trace(tmp_path / "t.parquet", records)
     sim = start_sim("--profile", "fast")
@@ -63,12 +63,6 @@ def _replayed(tmp_path, processes, start_sim, shape: bool) -> list[tuple[list, s
     rows = sorted(read_trace(seen_dir).table.to_pylist(), key=lambda r: r["arrival_time"])
     sent = [(json.loads(r["content_messages"]), r["content_response"]) for r in rows if r["content_messages"]]
     return [(m, answer) for m, answer in sent if m[0]["role"] == "system" and len(m) % 2 == 0]
-
-
-def read_trace_meta(shape: bool):
-    from llmreplay.trace_format import TraceMeta
-
-    return TraceMeta(source="test", content=not shape, block_size=16)
 
 
 @pytest.mark.parametrize("shape", [False, True], ids=["content", "shape"])
