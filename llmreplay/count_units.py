@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llmreplay.trace_arrow import float_values
+
 MIN_ROWS = 8  # fewer rows than this: not enough to tell
 MIN_COUNTED_TOKENS = 64  # short prompts are mostly template: they tell little about the rate
 RATE_TOLERANCE = 0.03  # a rate within 3% of 1 is production's own tokenizer (templates vary a little)
@@ -79,8 +81,7 @@ def trace_count_units(table, tokenizer: str | None = None) -> CountUnits:
     if "counted_prompt_tokens" not in table.column_names:
         return CountUnits(0, None, tokenizer)
     source = np.asarray(table.column("token_source").to_pylist(), dtype=object)
-    production = _floats(table.column("prompt_tokens"))
-    production[source != "server_usage"] = np.nan
+    production = np.where(source == "server_usage", _floats(table.column("prompt_tokens")), np.nan)
     if "message_count" in table.column_names:  # the replay's planning table (replayer.plan.trace_rows)
         messages = _floats(table.column("message_count"))
     else:
@@ -88,5 +89,4 @@ def trace_count_units(table, tokenizer: str | None = None) -> CountUnits:
     return fit_count_units(production, _floats(table.column("counted_prompt_tokens")), messages, tokenizer)
 
 
-def _floats(column) -> np.ndarray:
-    return np.asarray([np.nan if v is None else v for v in column.to_pylist()], dtype=float)
+_floats = float_values

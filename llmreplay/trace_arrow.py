@@ -6,8 +6,12 @@ Adding a column or a type is done in trace_format (a descriptor with no row belo
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    import numpy as np
 
 from llmreplay.trace_format import (
     BOOL,
@@ -35,6 +39,14 @@ ARROW_TYPES = {
     TIMESTAMP: TIMESTAMP_TYPE,
     MESSAGE_SHAPE: MESSAGE_SHAPE_TYPE,
 }
+
+
+def float_values(column) -> np.ndarray:
+    """A numeric Arrow column (or array) as float64 numpy values, nulls as NaN: what the stages judge with."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    return np.asarray(pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False), dtype=float)
 
 
 def arrow_type(descriptor: str) -> pa.DataType:

@@ -10,12 +10,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llmreplay.metrics import latency_summary_ms, percentiles
+from llmreplay.trace_arrow import float_values
 
 SHAPE_PERCENTILES = (50, 90, 99)
 
 
 def _numpy(column, dtype=float) -> np.ndarray:
-    return np.asarray(pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False), dtype=dtype)
+    return np.asarray(float_values(column), dtype=dtype)
 
 
 def arrival_seconds(table: pa.Table) -> np.ndarray:

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from llmreplay.metrics import BY_NAME, per_request_latencies_ns, success_mask
 from llmreplay.run_format import stated_load
+from llmreplay.trace_arrow import float_values
 from replayer.compare.error_gate import CLIENT_SIDE_ERRORS
 from replayer.compare.inputs import RUN, Side
 
@@ -202,8 +203,7 @@ def own_duration_s(requests: RequestColumns) -> float:
     )
 
 
-def _floats(column) -> np.ndarray:
-    return np.asarray(pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False), dtype=float)
+_floats = float_values
 
 
 def _objects(table: pa.Table, name: str) -> np.ndarray:

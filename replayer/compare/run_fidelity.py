@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llmreplay.metrics import success_mask
+from llmreplay.trace_arrow import float_values
 from replayer.compare.gate_limits import FidelityLimits
 from replayer.compare.trace_cache import TraceCache
 
@@ -347,4 +348,4 @@ def failed(checks: list[dict]) -> list[dict]:
 
 
 def _floats(table: pa.Table, name: str) -> np.ndarray:
-    return np.asarray(pc.cast(table.column(name), pa.float64()).to_numpy(zero_copy_only=False), dtype=float)
+    return float_values(table.column(name))

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from llmreplay.errors import BadInput
 from llmreplay.metrics import success_mask
+from llmreplay.trace_arrow import float_values
 from llmreplay.trace_io import read_meta, trace_files
 
 COLUMNS = (
@@ -131,8 +132,7 @@ def _facts(table: pa.Table) -> list[np.ndarray]:
     ]
 
 
-def _floats(column) -> np.ndarray:
-    return np.asarray(pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False), dtype=float)
+_floats = float_values
 
 
 def _nan(values) -> np.ndarray:
