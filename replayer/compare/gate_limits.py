@@ -34,8 +34,9 @@ class FidelityLimits:
     max_cached_share_difference: float = option(
         DEFAULT_MAX_CACHED_SHARE_DIFFERENCE,
         help="Fidelity limit: cached prompt tokens / prompt tokens differing from the other side's "
-        "(production's, or the baseline's) by more than this makes the replay unfaithful, exit 1.",
-        **share(),
+        "(production's, or the baseline's) by more than this makes the replay unfaithful, exit 1 "
+        "(100% turns it off).",
+        **share(allow_all=True),
     )
 
 

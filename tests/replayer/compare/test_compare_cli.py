@@ -237,7 +237,7 @@ def test_results_file_that_is_not_ours(runs, tmp_path):
         (["--max-error-rate", "150%"], "--max-error-rate"),
         (["--max-dispatch-lag", "5"], "--max-dispatch-lag"),  # a unit is required: 5 what?
         (["--error-rate-tolerance", "x"], "--error-rate-tolerance"),
-        (["--max-cached-share-difference", "150%"], "must be between 0% and below 100%"),
+        (["--max-cached-share-difference", "150%"], "must be between 0% and 100%"),
     ],
 )
 def test_bad_flags(runs, flags, fragment):
@@ -273,6 +273,7 @@ def test_a_cache_that_misses_what_production_hit_is_unfaithful_in_report_and_com
     assert reported.exit_code == 1
     assert "cached-token share 50.0% vs production's 0.0%: 50.0 points apart > 2" in reported.output
     assert invoke("report", str(half), "--max-cached-share-difference", "60%").exit_code == 0
+    assert invoke("report", str(half), "--max-cached-share-difference", "100%").exit_code == 0  # off
     for baseline in (trace, faithful):
         out = invoke("compare", str(baseline), str(half), "--json")
         assert out.exit_code == 1, out.output
