@@ -13,6 +13,7 @@ from llmreplay.errors import BadInput
 from llmreplay.options import duration, factor, http_url, option
 from llmreplay.tokenizers import DEFAULT_TOKENIZER
 from replayer.compare.gate_limits import FidelityLimits, max_error_rate_field
+from replayer.observe.config import ObserveConfig
 
 ENGINES = ("detect", *BY_NAME)  # llmreplay.engines: one row per engine
 NS_PER_S = 1_000_000_000
@@ -366,6 +367,7 @@ class ReplayConfig:
         False, flag_value=True, help="No progress display and no table: the one-line verdict only."
     )
     multihost: MultiHostConfig = field(default_factory=MultiHostConfig)
+    observe: ObserveConfig = field(default_factory=ObserveConfig)  # Prometheus: live and after the run
 
     @property
     def sent_headers(self) -> tuple[tuple[str, str], ...]:
@@ -379,4 +381,5 @@ class ReplayConfig:
         data.pop("env_headers")
         data["api_key_set"] = self.api_key is not None
         data["headers"] = sorted({name for name, _ in self.sent_headers})
+        data["observe"] = self.observe.public_dict()
         return data

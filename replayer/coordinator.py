@@ -36,6 +36,7 @@ from replayer.loop.process_memory import peak_rss_mb
 from replayer.loop.result_spool import partial_path
 from replayer.loop.runner import USER_AGENT, LoopSettings
 from replayer.loop.worker import WorkerJob
+from replayer.observe.live import open_live_metrics  # capacity's door to it too
 from replayer.plan.arrays import int64_array
 from replayer.plan.bounds import check_prompt_sizes, check_span, within_duration
 from replayer.plan.host_shards import select_shard, trace_fingerprint
@@ -105,8 +106,25 @@ class Ready:
     shard_plan: dict | None = None
 
 
-def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
-    """Check, plan, execute, merge, write the run info; nothing is sent before every check has passed."""
+def run_replay(config: ReplayConfig, console=None, live=None) -> RunOutcome:
+    """Check, plan, execute, merge, write the run info; nothing is sent before every check has passed.
+    `live`: a replayer.observe.live.LiveMetrics serving this run (capacity's, across its steps); None:
+    this run's own when --metrics-port asks for one. --pushgateway/--remote-write once the run is written."""
+    owned = open_live_metrics(config.observe, console, config.quiet) if live is None else None
+    try:
+        outcome = _replay(config, console, live or owned)
+    finally:
+        if owned is not None:
+            owned.close()
+    if config.observe.pushes:
+        from replayer.observe.push import push_run
+
+        push_run(outcome.run_dir, config.observe, console)
+    return outcome
+
+
+def _replay(config: ReplayConfig, console, live) -> RunOutcome:
+    """The run itself; `live` (or None) is told its labels once the target is known."""
     run_dir = Path(config.run_dir)
     base_url = _check_config(config, run_dir)
     planned = _plan(config)
@@ -116,11 +134,13 @@ def run_replay(config: ReplayConfig, console=None) -> RunOutcome:
     _note_short_warmup(planned.phases, config, console)
     if target.metrics_warning and console is not None and not config.quiet:  # once every check has passed
         console.print(f"warning: {target.metrics_warning}", markup=False, highlight=False, soft_wrap=True)
+    if live is not None:
+        live.watch(config, target)
     claim = _claim(run_dir)
     try:
         ready = _ready(config, planned, target, lengths, claim.parts)
         del planned  # the jobs hold each worker's plans
-        execution = _execute(config, ready, console)
+        execution = _execute(config, ready, console, live)
     except BadInput:  # refused before the clock started (a header, the barrier, a late start)
         claim.release()
         raise
@@ -322,10 +342,10 @@ def _ready(
     )
 
 
-def _execute(config: ReplayConfig, ready: Ready, console) -> Execution:
+def _execute(config: ReplayConfig, ready: Ready, console, live=None) -> Execution:
     """Build the bodies, run the workers to the end; plans dropped past --duration make it 'duration'."""
     prepare = functools.partial(prepare_bodies, ready.build_job)
-    execution = run_workers(config, ready.jobs, prepare, console, ready.target)
+    execution = run_workers(config, ready.jobs, prepare, console, ready.target, live)
     if ready.beyond_duration and execution.stop_reason == "completed":
         return dataclasses.replace(execution, stop_reason="duration")
     return execution

@@ -95,23 +95,33 @@ class _Workers:
 
 
 def run_workers(
-    config: ReplayConfig, jobs: list[WorkerJob], prepare, console, target: TargetInfo
+    config: ReplayConfig, jobs: list[WorkerJob], prepare, console, target: TargetInfo, live=None
 ) -> Execution:
     """Start the workers (their imports overlap with `prepare`, which writes their bodies), then
-    load, start together, watch, collect; `target.metrics_url` is scraped meanwhile."""
+    load, start together, watch, collect; `target.metrics_url` is scraped meanwhile, and `live` (a
+    replayer.observe.live.LiveMetrics) serves their progress from the start to the end."""
     started_unix_ns = time.time_ns()
     workers = _Workers(jobs)
     previous = {sig: signal.signal(sig, workers.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _drive(config, jobs, workers, prepare, console, started_unix_ns, target)
+        return _drive(config, jobs, workers, prepare, console, started_unix_ns, target, live)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         workers.reap()
+        if live is not None:
+            live.detach()
 
 
 def _drive(
-    config: ReplayConfig, jobs, workers: _Workers, prepare, console, started_unix_ns: int, target: TargetInfo
+    config: ReplayConfig,
+    jobs,
+    workers: _Workers,
+    prepare,
+    console,
+    started_unix_ns: int,
+    target: TargetInfo,
+    live=None,
 ) -> Execution:
     try:
         prepared = prepare()
@@ -134,6 +144,8 @@ def _drive(
     scraper = _start_scraper(config, target, start_ns)
     for pipe in workers.pipes:
         pipe.send(("start", start_ns))
+    if live is not None:
+        live.attach(workers.stats, [j.results_path for j in jobs], sum(len(j.plans) for j in jobs))
     _watch(workers, jobs, config, console, start_ns)
     execution = _finish(workers, scraper, prepared, (started_unix_ns, start_unix_ns, start_ns), None, config)
     return dataclasses.replace(execution, clock=end_clock(config.multihost, armed.clock_arm))

@@ -32,6 +32,11 @@ REPLAY_FLAGS = frozenset(
         "max_dispatch_lag_p99_ns",
         "max_error_rate",
         "quiet",
+        "metrics_port",  # replayer.observe: one live server for the whole search, each step pushed
+        "metrics_bind",
+        "pushgateway",
+        "remote_write",
+        "push_headers",
     }
 )
 # What a rerun into the same -o must share with the first run to continue its search.

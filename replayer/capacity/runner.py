@@ -80,7 +80,7 @@ def run_capacity(config: CapacityConfig, console=None, clock=time.monotonic) -> 
     def one_step(factor: float, kind: str) -> StepResult:
         end = max(sustain_end, window.end_ns) if kind == SUSTAIN else window.end_ns
         plan = StepPlan(len(steps), factor, kind, warmup_start, window.start_ns, end)
-        result = run_step(plan, config.replay, config.by, out_dir, analysis, console)
+        result = run_step(plan, config.replay, config.by, out_dir, analysis, console, live)
         steps.append(result.row)
         if console is not None and not config.replay.quiet:
             console.print(progress_line(result.row), markup=False, highlight=False, soft_wrap=True)
@@ -94,9 +94,18 @@ def run_capacity(config: CapacityConfig, console=None, clock=time.monotonic) -> 
         budget_s=config.budget_ns / 1e9,
         max_steps=config.max_steps,
     )
-    outcome = search(
-        one_step, search_settings, clock, lambda probes: points.knee_bracket([p.row for p in probes])
-    )
+    from replayer.coordinator import open_live_metrics  # one server for every step
+
+    live = open_live_metrics(config.replay.observe, console, config.replay.quiet)
+    if live is not None:
+        live.fixed_run = out_dir.name  # one series across the steps; the load factor says which
+    try:
+        outcome = search(
+            one_step, search_settings, clock, lambda probes: points.knee_bracket([p.row for p in probes])
+        )
+    finally:
+        if live is not None:
+            live.close()
     document.update(_points(config, steps, outcome, peak.requests_per_s))
     document["elapsed_s"] = clock() - started
     write_capacity(out_dir, document)

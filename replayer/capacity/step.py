@@ -82,14 +82,16 @@ def step_config(template: ReplayConfig, plan: StepPlan, by: str, run_dir: Path) 
         warmup_ns=plan.window_start_ns - plan.warmup_start_ns,
         **({"speed": plan.factor} if by == BY_SPEED else {"scale": plan.factor}),
     )
-    return dataclasses.replace(template, run_dir=str(run_dir), schedule=schedule)
+    observe = dataclasses.replace(template.observe, run_label=f"{run_dir.parent.parent.name}/{plan.dir_name}")
+    return dataclasses.replace(template, run_dir=str(run_dir), schedule=schedule, observe=observe)
 
 
 def run_step(
-    plan: StepPlan, template: ReplayConfig, by: str, out_dir: Path, analysis: dict, console=None
+    plan: StepPlan, template: ReplayConfig, by: str, out_dir: Path, analysis: dict, console=None, live=None
 ) -> StepResult:
     """Run (or reuse) the step's replay and measure it; `analysis`: slos, limits, max_error_rate.
-    A reused step the client could not drive is run again (a rerun may bring more --workers)."""
+    A reused step the client could not drive is run again (a rerun may bring more --workers).
+    `live`: the search's replayer.observe.live.LiveMetrics, or None."""
     run_dir = out_dir / STEPS_DIR / plan.dir_name
     action = resume_action(run_dir)
     if action == REUSE:
@@ -101,7 +103,7 @@ def run_step(
         shutil.rmtree(run_dir)
     from replayer.coordinator import run_replay
 
-    run_replay(step_config(template, plan, by, run_dir), console)
+    run_replay(step_config(template, plan, by, run_dir), console, live)
     if resume_action(run_dir) != REUSE:  # stopped by Ctrl-C: not a step, the search ends here
         raise KeyboardInterrupt
     return _result(plan, run_dir, _measured(run_dir, plan, by, analysis), reused=False)

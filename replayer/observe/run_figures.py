@@ -1,0 +1,145 @@
+"""A finished run's figures as Prometheus series, from its run.json summary (the numbers `report`
+prints, computed from results.parquet by replayer.results.summary): counts, errors by kind, latency
+quantiles, throughput, dispatch lag, verdict. Base units; the four run labels come from run.json."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from llmreplay.errors import BadInput
+from llmreplay.run_format import RUN_FILE, find_results
+from replayer.observe.labels import model_label, run_labels
+
+SUMMARY_QUANTILES = ("p50", "p90", "p95", "p99")  # the summary's latency keys, as quantile labels
+LATENCIES = ("ttft", "ttfo", "tpot", "itl", "e2e", "ttfb")  # llmreplay.metrics.METRICS' names
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One metric family: its samples are (sample name, labels beyond the run's, value)."""
+
+    name: str
+    kind: str  # gauge, counter (name without _total) or summary
+    help: str
+    samples: tuple[tuple[str, dict[str, str], float], ...]
+
+
+def read_run_json(run_dir: Path) -> dict:
+    """run.json of a finished run; BadInput naming what is missing."""
+    if find_results(Path(run_dir)) is None:
+        raise BadInput(f"{run_dir}: not a run directory (no results.parquet)")
+    path = Path(run_dir) / RUN_FILE
+    try:
+        return orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise BadInput(f"{path}: not a readable run.json ({exc})") from None
+
+
+def labels_of(run: dict, run_dir: Path, run_label: str | None = None) -> dict[str, str]:
+    """The run, target, engine and model labels of a run, from its run.json."""
+    config, target = run.get("config") or {}, run.get("target") or {}
+    model = model_label(config.get("model"), config.get("model_map"), target.get("models"))
+    return run_labels(run_label, run_dir, target.get("base_url") or "", target.get("engine"), model)
+
+
+def run_figures(run: dict) -> list[Figure]:
+    """The families of run.json's summary; a figure the summary lacks (None) is left out."""
+    summary = run.get("summary") or {}
+    out = [
+        _one(
+            "llmreplay_run_requests_planned",
+            "gauge",
+            "Requests the run planned to send.",
+            summary.get("planned"),
+        ),
+        _one("llmreplay_run_requests_sent", "counter", "Requests the run sent.", summary.get("sent")),
+        _one(
+            "llmreplay_run_requests_succeeded",
+            "counter",
+            "Requests that succeeded.",
+            summary.get("succeeded"),
+        ),
+        Figure(
+            "llmreplay_run_request_errors",
+            "counter",
+            "Failed or unsent requests by error kind.",
+            tuple(
+                ("llmreplay_run_request_errors_total", {"kind": kind}, float(count))
+                for kind, count in sorted((summary.get("errors") or {}).items())
+            ),
+        ),
+        _one("llmreplay_run_error_ratio", "gauge", "Failed requests / requests.", summary.get("error_rate")),
+    ]
+    latency = summary.get("latency_ms") or {}
+    for name in LATENCIES:
+        if name in latency:
+            out.append(_latency(name, latency[name]))
+    throughput = summary.get("throughput") or {}
+    lag = summary.get("dispatch_lag_ms") or {}
+    verdict = summary.get("verdict") or {}
+    out += [
+        _one(
+            "llmreplay_run_throughput_requests_per_second",
+            "gauge",
+            "Successful requests per second of the run's span.",
+            throughput.get("requests_per_s"),
+        ),
+        _one(
+            "llmreplay_run_output_tokens_per_second",
+            "gauge",
+            "Output tokens of successful requests per second of the run's span.",
+            throughput.get("output_tokens_per_s"),
+        ),
+        _one(
+            "llmreplay_run_dispatch_lag_p99_seconds",
+            "gauge",
+            "p99 of send time minus scheduled time.",
+            _seconds(lag.get("p99")),
+        ),
+        _one("llmreplay_run_span_seconds", "gauge", "First send to last byte.", summary.get("span_s")),
+        _one(
+            "llmreplay_run_end_timestamp_seconds",
+            "gauge",
+            "When the run ended (unix seconds).",
+            (run.get("ended_unix_ns") or 0) / 1e9 or None,
+        ),
+        _one(
+            "llmreplay_run_exit_code",
+            "gauge",
+            "The run's exit status: 0 pass, 1 fail.",
+            verdict.get("exit_code"),
+        ),
+        Figure(
+            "llmreplay_run_verdict",
+            "gauge",
+            "1 for the run's verdict status (pass, fail, ...).",
+            (("llmreplay_run_verdict", {"status": str(verdict["status"])}, 1.0),)
+            if verdict.get("status")
+            else (),
+        ),
+    ]
+    return [figure for figure in out if figure.samples]
+
+
+def _one(name: str, kind: str, help_text: str, value) -> Figure:
+    sample = name + ("_total" if kind == "counter" else "")
+    return Figure(name, kind, help_text, () if value is None else ((sample, {}, float(value)),))
+
+
+def _seconds(ms) -> float | None:
+    return None if ms is None else ms / 1e3
+
+
+def _latency(name: str, cell: dict) -> Figure:
+    """A summary: the run's quantiles (seconds) and how many values they cover."""
+    family = f"llmreplay_run_{name}_seconds"
+    samples = [
+        (family, {"quantile": f"{int(key[1:]) / 100:g}"}, cell[key] / 1e3)
+        for key in SUMMARY_QUANTILES
+        if cell.get(key) is not None
+    ]
+    samples.append((f"{family}_count", {}, float(cell.get("count") or 0)))
+    return Figure(family, "summary", f"{name.upper()} of the run's successful requests.", tuple(samples))
