@@ -16,6 +16,8 @@ import click
 from llmreplay import options
 from llmreplay.errors import BadInput
 from llmreplay.options import as_path, force_field, option
+from llmreplay.otlp.cli import OTLP_FLAGS, otlp_config
+from llmreplay.otlp.config import OtlpConfig
 from llmreplay.output_paths import atomic_output, check_output_file
 from llmreplay.trace_format import MOONCAKE_BLOCK_SIZE, MOONCAKE_EXPORT_COLUMNS
 
@@ -27,7 +29,7 @@ _COLUMNS = MOONCAKE_EXPORT_COLUMNS
 class MooncakeExportConfig:
     trace_path: Path
     output_path: Path = option(
-        flags=("-o", "--out"), required=True, metavar="FILE", parse=as_path, help="jsonl file to write."
+        flags=("-o", "--out"), metavar="FILE", parse=as_path, help="File to write (mooncake, csv)."
     )
     force: bool = force_field()
     block_size: int = option(
@@ -190,7 +192,7 @@ def _chain(first, rest):
     yield from rest
 
 
-EXPORT_TARGETS = ("mooncake", "csv")
+EXPORT_TARGETS = ("mooncake", "csv", "otlp")
 MOONCAKE_ONLY = ("block_size", "session_timing")
 
 
@@ -198,6 +200,7 @@ MOONCAKE_ONLY = ("block_size", "session_timing")
 @click.argument("target", type=click.Choice(EXPORT_TARGETS))
 @click.argument("trace", type=click.Path(path_type=Path))
 @options.click_options(MooncakeExportConfig)
+@options.click_options(OtlpConfig)
 @click.pass_context
 def export_trace(ctx: click.Context, target: str, trace: Path, **values):
     """Write TRACE as Mooncake jsonl (timestamps in ms from its first request) for AIPerf or SGLang;
@@ -215,7 +218,19 @@ def export_trace(ctx: click.Context, target: str, trace: Path, **values):
     CSV (docs/compare-format.md#csv):
       llmreplay export csv runs/candidate -o requests.csv     # a run: one row per request, ms columns
       llmreplay export csv compare.json -o gate.csv           # compare --json: one row per gate case
+    OTLP/HTTP (docs/observability.md#opentelemetry):
+      llmreplay export otlp runs/candidate --otlp-endpoint http://localhost:4318
     """
+    otlp = otlp_config(values)
+    if target == "otlp":
+        _refuse_flags(ctx, ("output_path", "force", *MOONCAKE_ONLY), MooncakeExportConfig, "mooncake and csv")
+        from llmreplay.otlp.cli import export_otlp
+
+        export_otlp(trace, otlp)
+        return
+    _refuse_flags(ctx, OTLP_FLAGS, OtlpConfig, "otlp")
+    if values["output_path"] is None:
+        raise BadInput(f"export {target}: -o/--out FILE is required")
     if target == "csv":
         _export_csv(ctx, trace, values)
         return
@@ -231,9 +246,7 @@ def export_trace(ctx: click.Context, target: str, trace: Path, **values):
 
 def _export_csv(ctx: click.Context, source: Path, values: dict) -> None:
     """A run (directory or results.parquet) as per-request CSV; a compare result (.json) as its gate cases."""
-    for name in MOONCAKE_ONLY:
-        if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT):
-            raise BadInput(f"{options.flag_of(MooncakeExportConfig, name)}: applies to 'export mooncake' only")
+    _refuse_flags(ctx, MOONCAKE_ONLY, MooncakeExportConfig, "mooncake")
     out = as_path(values["output_path"], "-o")
     force = bool(values.get("force"))
     if source.is_file() and source.suffix == ".json":
@@ -250,3 +263,10 @@ def _export_csv(ctx: click.Context, source: Path, values: dict) -> None:
 
     rows = write_requests_csv(source, out, force, "-o")
     click.echo(f"wrote {rows} requests to {out}")
+
+
+def _refuse_flags(ctx: click.Context, names, cls, targets: str) -> None:
+    """BadInput for the first flag of `names` given on the command line: it applies to `targets` only."""
+    for name in names:
+        if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT):
+            raise BadInput(f"{options.flag_of(cls, name)}: applies to 'export {targets}' only")

@@ -11,6 +11,7 @@ import click
 
 from llmreplay import options
 from llmreplay.errors import BadInput
+from llmreplay.otlp.config import OtlpConfig
 from replayer.config import ReplayConfig
 
 
@@ -27,6 +28,7 @@ def _legacy_lag_bound(values: dict) -> None:
 @click.command("replay")
 @click.argument("trace", type=click.Path())
 @options.click_options(ReplayConfig)
+@options.click_options(OtlpConfig)
 @click.option("--lag-bound-ms", type=float, hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def replay(trace, as_json, **values):
@@ -36,18 +38,29 @@ def replay(trace, as_json, **values):
     dispatch lag over --max-dispatch-lag, lengths off) or more than --max-error-rate of its requests
     failed: the checks `llmreplay report` makes of the run.
     """
+    from llmreplay.otlp.cli import otlp_config
     from llmreplay.output_paths import check_output_dir
 
     _legacy_lag_bound(values)
     values["quiet"] = values["quiet"] or as_json
+    otlp = otlp_config(values)  # checked now: a bad --otlp-endpoint is exit 2 before the run
     config = options.build(ReplayConfig, values, trace_path=trace)
     check_output_dir(config.run_dir, "-o")
     if config.multihost.ray_address is not None:
-        _run_on_ray(config, as_json)
-    _run(config, as_json)
+        _run_on_ray(config, as_json, otlp)
+    _run(config, as_json, otlp)
 
 
-def _run_on_ray(config, as_json: bool) -> None:
+def _export_otlp(otlp: OtlpConfig, run_dir, quiet: bool) -> None:
+    """--otlp-endpoint: the finished run sent to the collector, after the timed loop (a refusal: one warning)."""
+    from pathlib import Path
+
+    from llmreplay.otlp.cli import export_after_runs
+
+    export_after_runs(otlp, [Path(run_dir)], quiet)
+
+
+def _run_on_ray(config, as_json: bool, otlp: OtlpConfig) -> None:
     """--ray: the same replay, one shard a Ray node, merged here (replayer.launch.ray_launcher)."""
     import json
     import sys
@@ -66,10 +79,11 @@ def _run_on_ray(config, as_json: bool) -> None:
         click.echo(json.dumps(summary, indent=2))
     print_verdict(summary, console if as_json else Console())
     click.echo(f"merged run of {config.multihost.shards} Ray nodes written to {out}")
+    _export_otlp(otlp, out, config.quiet)
     raise SystemExit(exit_code)
 
 
-def _run(config, as_json: bool) -> None:
+def _run(config, as_json: bool, otlp: OtlpConfig) -> None:
     import orjson
     from rich.console import Console
 
@@ -91,4 +105,5 @@ def _run(config, as_json: bool) -> None:
     if outcome.summary.get("stop_reason") == "interrupted":
         click.echo(f"llmreplay: error: interrupted; the run so far is in {outcome.run_dir}", err=True)
         raise SystemExit(130)  # Ctrl-C: the shell's convention, whatever the verdict
+    _export_otlp(otlp, outcome.run_dir, config.quiet)
     raise SystemExit(outcome.exit_code)

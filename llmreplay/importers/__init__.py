@@ -17,6 +17,8 @@ class Importer:
     reader: str  # "module:function", called as function(path) or function(path, block_size)
     block_ids: bool  # the source carries prefix ids: --block-size applies
     source: str  # where the traces come from (provenance for docs and samples)
+    unit: str = "rows"  # what the source's records are called in the summary ("spans")
+    directories: bool = False  # FILE may be a directory of such files
 
     def read(self, path: Path, block_size: int | None):
         """The source file as a SourceRead (llmreplay.importers.source_request)."""
@@ -53,6 +55,15 @@ IMPORTERS: tuple[Importer, ...] = (
         "llmreplay.importers.ragpulse:read_ragpulse",
         True,
         "flashserve/RAGPulse data/ (jsonl with per-component hash ids, numbered length files)",
+    ),
+    Importer(
+        "otel",
+        "OpenTelemetry GenAI spans",
+        "llmreplay.importers.otel:read_otel",
+        False,
+        "OTLP JSON exports of gen_ai.* client spans (a collector's file exporter; gzip or zstd)",
+        unit="spans",
+        directories=True,
     ),
 )
 BY_NAME = {importer.name: importer for importer in IMPORTERS}

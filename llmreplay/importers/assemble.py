@@ -77,7 +77,7 @@ def _link_sessions(requests: list[SourceRequest], source_name: str) -> tuple[lis
     records = []
     clamped = 0
     for request in requests:
-        request_id = f"{source_name}-{request.line}"
+        request_id = request.request_id or f"{source_name}-{request.line}"
         turn_index, parent_id, think_ns = 0, None, None
         if request.session_id is not None and request.session_id in previous:
             parent, turns = previous[request.session_id]
@@ -105,7 +105,7 @@ def _record(
     return TraceRecord(
         request_id=request_id,
         arrival_time=request.arrival_us,
-        endpoint=IMPORTED_ENDPOINT,
+        endpoint=request.endpoint or IMPORTED_ENDPOINT,
         prompt_tokens=request.prompt_tokens,
         token_source="imported",
         session_id=request.session_id,
@@ -113,7 +113,9 @@ def _record(
         parent_request_id=parent_id,
         think_time_ns=think_ns,
         model=request.model,
-        stream=IMPORTED_STREAM,
+        stream=IMPORTED_STREAM if request.stream is None else request.stream,
+        max_tokens=request.max_tokens,
+        ttft_ns=request.ttft_ns,
         completion_tokens=request.completion_tokens,
         messages=messages,
         prefix_block_hashes=request.prefix_block_hashes,

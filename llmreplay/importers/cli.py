@@ -13,16 +13,19 @@ from llmreplay.importers.config import ImportConfig
 
 @click.command("import")
 @click.argument("source", type=click.Choice(tuple(BY_NAME)))
-@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("file", metavar="FILE|DIR", type=click.Path(path_type=Path))
 @options.click_options(ImportConfig)
 @click.option("--quiet", is_flag=True, help="Print nothing on success (skipped rows are still reported).")
 def import_trace(source: str, file: Path, quiet: bool, **values):
-    """Convert a public LLM serving trace (Mooncake, Azure, BurstGPT, RAGPulse) into a shape trace.
+    """Convert a public LLM serving trace (Mooncake, Azure, BurstGPT, RAGPulse) or gateway telemetry
+    (OpenTelemetry GenAI spans in OTLP JSON files: a file or a directory) into a shape trace.
 
     Rows the source marks as failed (0 in / 0 out) or without a timestamp are skipped and reported.
     """
     from llmreplay.importers.pipeline import import_trace_file
 
+    if file.is_dir() and not BY_NAME[source].directories:
+        raise click.BadParameter(f"{file}: is a directory ({source} reads one file)", param_hint="'FILE|DIR'")
     config = options.build(ImportConfig, values, source=source, input_path=file)
     summary = import_trace_file(config)
     if summary.skipped_line:
@@ -36,5 +39,10 @@ def import_trace(source: str, file: Path, quiet: bool, **values):
     if not quiet:
         sessions = f", {summary.sessions} sessions" if summary.sessions else ""
         where = f"from {file} -> {config.output_path}"
-        click.echo(f"imported {summary.requests} of {summary.rows_read} rows{sessions} {where}")
+        unit = BY_NAME[source].unit
+        click.echo(f"imported {summary.requests} of {summary.rows_read} {unit}{sessions} {where}")
         click.echo(f"prefix sharing: {summary.meta.extra['prefix_hashes']}")
+        if "not_in_source" in summary.meta.extra:
+            click.echo(f"not in the source: {summary.meta.extra['not_in_source']}")
+        for note in summary.meta.extra.get("notes", ()):
+            click.echo(note)

@@ -8,7 +8,7 @@ from llmreplay.errors import BadInput
 from llmreplay.importers import BY_NAME
 from llmreplay.importers.assemble import IMPORTED_ENDPOINT, IMPORTED_STREAM, assemble
 from llmreplay.importers.config import ImportConfig
-from llmreplay.importers.source_request import skip_counts, skip_summary
+from llmreplay.importers.source_request import SourceRequest, skip_counts, skip_summary
 from llmreplay.output_paths import cannot_write, check_output_file
 from llmreplay.trace_format import TraceMeta
 from llmreplay.trace_io import write_trace
@@ -32,6 +32,8 @@ def check_config(config: ImportConfig) -> None:
             raise BadInput(f"--block-size {config.block_size}: must be a positive number of tokens")
         if not BY_NAME[config.source].block_ids:
             raise BadInput(f"--block-size: {config.source} traces carry no prefix hash ids")
+    if config.input_path.is_dir() and not BY_NAME[config.source].directories:
+        raise BadInput(f"{config.input_path}: is a directory; import {config.source} reads one file")
     check_output_file(config.output_path, config.force, "-o")
 
 
@@ -45,18 +47,29 @@ def sharing_note(has_hashes: bool, block_size: int) -> str:
     )
 
 
+def _assumed(requests: list[SourceRequest]) -> dict:
+    """What the trace assumes where the source does not say (said only when some row needed it)."""
+    assumed = {}
+    if any(r.endpoint is None for r in requests):
+        assumed["endpoint_assumed"] = IMPORTED_ENDPOINT
+    if any(r.stream is None for r in requests):
+        assumed["stream_assumed"] = IMPORTED_STREAM
+    return assumed
+
+
 def import_trace_file(config: ImportConfig) -> ImportSummary:
     check_config(config)
-    read = BY_NAME[config.source].read(config.input_path, config.block_size)
+    importer = BY_NAME[config.source]
+    read = importer.read(config.input_path, config.block_size)
     rows_read = len(read.requests) + sum(len(lines) for lines in read.skipped.values())
     assembly = assemble(read.requests, config.source, read.skipped)
+    skipped_line = skip_summary(read.skipped, rows_read, importer.unit)
     if not assembly.records:
-        raise BadInput(f"{config.input_path}: no importable rows ({skip_summary(read.skipped, rows_read)})")
+        raise BadInput(f"{config.input_path}: no importable {importer.unit} ({skipped_line})")
     extra = {
         "importer": config.source,
         "source_rows": rows_read,
-        "endpoint_assumed": IMPORTED_ENDPOINT,
-        "stream_assumed": IMPORTED_STREAM,
+        **_assumed(read.requests),
         "prompt_tokens": "whole prompt as the source counts it, conversation history included",
         "prefix_hashes": sharing_note(read.has_prefix_hashes, read.block_size),
         "skipped": skip_counts(read.skipped),
@@ -80,7 +93,7 @@ def import_trace_file(config: ImportConfig) -> ImportSummary:
         rows_read=rows_read,
         requests=len(assembly.records),
         sessions=assembly.sessions,
-        skipped_line=skip_summary(read.skipped, rows_read),
+        skipped_line=skipped_line,
         reordered_rows=assembly.reordered_rows,
         meta=meta,
     )

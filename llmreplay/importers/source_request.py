@@ -40,6 +40,12 @@ class SourceRequest:
     e2e_ns: int | None = None
     model: str | None = None
     messages: tuple[MessageShape, ...] | None = None  # None: one user message of prompt_tokens
+    # what only some sources know (None: the source does not say; assembly assumes or leaves it null)
+    request_id: str | None = None  # None: "<source>-<line>"
+    endpoint: str | None = None
+    stream: bool | None = None
+    max_tokens: int | None = None
+    ttft_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +60,13 @@ class SourceRead:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def skip(skipped: dict[str, list[int]], reason: str, line: int) -> None:
+def skip(skipped: dict[str, list], reason: str, line: int | str) -> None:
+    """`line`: the row's line number, or a "file:line" where rows share lines or files."""
     skipped.setdefault(reason, []).append(line)
 
 
-def skip_summary(skipped: dict[str, list[int]], total_rows: int) -> str | None:
-    """One line for stderr: how many rows were skipped, why, and the first few line numbers."""
+def skip_summary(skipped: dict[str, list], total_rows: int, unit: str = "rows") -> str | None:
+    """One line for stderr: how many rows (spans, ...) were skipped, why, and the first few line numbers."""
     count = sum(len(lines) for lines in skipped.values())
     if not count:
         return None
@@ -69,7 +76,7 @@ def skip_summary(skipped: dict[str, list[int]], total_rows: int) -> str | None:
             ", ..." if len(lines) > _SHOWN_LINES else ""
         )
         parts.append(f"{len(lines)} {reason} (lines {shown})")
-    return f"skipped {count} of {total_rows} rows: " + "; ".join(parts)
+    return f"skipped {count} of {total_rows} {unit}: " + "; ".join(parts)
 
 
 def skip_counts(skipped: dict[str, list[int]]) -> dict[str, dict[str, Any]]:

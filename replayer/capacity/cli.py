@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 
 from llmreplay import options
+from llmreplay.otlp.config import OtlpConfig
 from replayer.capacity.config import REPLAY_FLAGS, CapacityConfig
 from replayer.config import ReplayConfig
 
@@ -18,6 +19,7 @@ STEP_RUN_DIR = "-"  # each step's run directory is set by the search (replayer.c
 @click.argument("trace", type=click.Path())
 @options.click_options(CapacityConfig)
 @options.click_options(ReplayConfig, only=REPLAY_FLAGS)
+@options.click_options(OtlpConfig)
 @click.option("--json", "as_json", is_flag=True, help="Print capacity.json.")
 @click.option(
     "--html",
@@ -28,7 +30,10 @@ STEP_RUN_DIR = "-"  # each step's run directory is set by the search (replayer.c
 def capacity(trace, as_json, html_path, **values):
     """Find how much of TRACE's own traffic --target holds within the SLOs: the knee, the SLO limit,
     the operating point and the headroom against the trace's busiest minute (DIR/capacity.json)."""
+    from llmreplay.otlp.cli import otlp_config
+
     values["quiet"] = values["quiet"] or as_json
+    otlp = otlp_config(values)  # checked now: a bad --otlp-endpoint is exit 2 before any step
     replay = options.build(ReplayConfig, values, trace_path=trace, run_dir=STEP_RUN_DIR)
     config = options.build(CapacityConfig, values, trace_path=trace, replay=replay)
     from llmreplay.output_paths import check_output_dir, check_output_file
@@ -36,10 +41,12 @@ def capacity(trace, as_json, html_path, **values):
     check_output_dir(config.out_dir, "-o")  # before any step runs
     if html_path:
         check_output_file(html_path, force=True, flag="--html")
-    _run(config, as_json, html_path)
+    _run(config, as_json, html_path, otlp)
 
 
-def _run(config: CapacityConfig, as_json: bool, html_path: str | None = None) -> None:
+def _run(
+    config: CapacityConfig, as_json: bool, html_path: str | None = None, otlp: OtlpConfig | None = None
+) -> None:
     import orjson
     from rich.console import Console
 
@@ -63,4 +70,18 @@ def _run(config: CapacityConfig, as_json: bool, html_path: str | None = None) ->
         click.echo(f"capacity written to {config.out_dir}/capacity.json")
     if document["stop_reason"] == "interrupted":
         click.echo(f"llmreplay: error: interrupted; the search so far is in {config.out_dir}", err=True)
+    elif otlp is not None:
+        _export_otlp(otlp, config, document)
     raise SystemExit(document["verdict"]["exit_code"])
+
+
+def _export_otlp(otlp: OtlpConfig, config: CapacityConfig, document: dict) -> None:
+    """--otlp-endpoint: every step's run sent after the search, each its own run id (a refusal: one warning)."""
+    from pathlib import Path
+
+    from llmreplay.otlp.cli import export_after_runs
+
+    steps = [
+        Path(config.out_dir) / step["run_dir"] for step in document.get("steps", []) if step.get("run_dir")
+    ]
+    export_after_runs(otlp, steps, config.replay.quiet)
