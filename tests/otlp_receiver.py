@@ -39,7 +39,7 @@ def _handler(received: Received):
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802 (the http.server hook's name)
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            received.headers.append(dict(self.headers))
+            received.headers.append({name.lower(): value for name, value in self.headers.items()})
             received.content_types.add(self.headers.get("Content-Type", ""))
             if self.path not in MESSAGES or received.status != 200:
                 self.send_response(404 if self.path not in MESSAGES else received.status)

@@ -1,0 +1,228 @@
+"""OTLP export (llmreplay.otlp): the histograms with tiny hand-checked numbers in-process; end to end, a
+replay against `llmreplay sim` (with injected 5xx) sent by `--otlp-endpoint` to a real OTLP/HTTP receiver
+(tests/otlp_receiver.py, opentelemetry-proto's messages), checked against results.parquet; the failure paths.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from live_processes import ProcessPool, free_port, start_sim_process
+from otlp_receiver import otlp_receiver
+from replay_helpers import ROOT, content_record, replay_cmd, write_content_trace
+
+from llmreplay.cli import cli
+from llmreplay.errors import BadInput
+from llmreplay.otlp import semconv
+from llmreplay.otlp.config import parse_endpoint
+from llmreplay.otlp.metric_points import Samples, Windows, chunk_gaps, histogram_points
+
+SECRET = "Bearer otlp-test-secret-7f3a"
+S = 1_000_000_000
+
+
+# -- in-process: tiny numbers ------------------------------------------------------------------------
+def test_cumulative_points_count_each_value_in_its_upper_inclusive_bucket_from_its_window_on():
+    samples = Samples(
+        values=np.array([0.01, 0.015, 0.5, 0.02]),
+        series=np.array([0, 0, 0, 1]),
+        at_ns=np.array([100, 100 + S, 100 + 2 * S + 5, 100 + 2 * S]),
+    )
+    windows = Windows(start_ns=100, end_ns=100 + 2 * S + 5, step_ns=S)
+    points = histogram_points(samples, [{"s": "a"}, {"s": "b"}], (0.01, 0.02, 0.04), windows)
+    a = [p for p in points if p.attributes == {"s": "a"}]
+    [b] = [p for p in points if p.attributes == {"s": "b"}]  # its first value is in the last window
+    assert [p.count for p in a] == [1, 2, 3]
+    assert [p.bucket_counts for p in a] == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 0, 1]]  # 0.01 <= 0.01
+    assert [p.time_unix_nano for p in a] == [100 + S, 100 + 2 * S, 100 + 2 * S + 5]  # the last: the run's end
+    assert {p.start_time_unix_nano for p in points} == {100}
+    assert a[-1].sum == pytest.approx(0.525) and (a[-1].min, a[-1].max) == (0.01, 0.5)
+    assert (b.count, b.bucket_counts, b.time_unix_nano) == (1, [0, 1, 0, 0], 100 + 2 * S + 5)
+
+
+def test_chunk_gaps_stay_within_a_row():
+    lists = pa.chunked_array([pa.array([[10, 15, 30], None, [7], [1, 4]], pa.list_(pa.int64()))])
+    gaps, rows = chunk_gaps(lists)
+    assert gaps.tolist() == [5, 15, 3] and rows.tolist() == [0, 0, 3]
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://c:4318/?api_key=1", "query or fragment"),
+        ("http://c:4318/v1/metrics", "base URL"),
+        ("grpc://c:4317", "http:// or https://"),
+        ("http://user:pw@c:4318", "user name or password"),
+    ],
+)
+def test_endpoints_that_would_leak_or_miss_are_refused(url, expected):
+    with pytest.raises(BadInput, match=expected):
+        parse_endpoint(url, "--otlp-endpoint")
+    assert parse_endpoint("https://otlp.example/otlp/", "--otlp-endpoint") == "https://otlp.example/otlp"
+
+
+# -- end to end ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory):
+    """One replay of 60 requests (a third not streamed) against a sim answering 10% with 500, sent with
+    --otlp-endpoint and a secret header to a receiver; (run dir, what arrived, the replay's process)."""
+    root = tmp_path_factory.mktemp("otlp")
+    records = [content_record(i, i * 20.0, stream=i % 3 != 0) for i in range(60)]
+    trace = write_content_trace(root / "trace.parquet", records)
+    pool = ProcessPool(root)
+    try:
+        sim = start_sim_process(pool, "--profile", "fast", "--error-rate", "0.1", "--seed", "3")
+        with otlp_receiver() as received:
+            args = ("--otlp-endpoint", received.url, "--otlp-header-from-env", "Authorization:OTLP_TEST_AUTH",
+                    "--otlp-step", "500ms")  # fmt: skip
+            done = _replay(trace, sim, root / "run", *args)
+        down = _replay(trace, sim, root / "run-down", "--otlp-endpoint", f"http://127.0.0.1:{free_port()}",
+                       "--otlp-timeout", "1s")  # fmt: skip
+    finally:
+        pool.stop_all()
+    return root / "run", received, done, down
+
+
+def _replay(trace, sim, out, *args) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OTLP_TEST_AUTH": SECRET}
+    cmd = replay_cmd(trace, sim, out, *args)
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=90, env=env)
+
+
+def _attributes(items) -> dict:
+    return {kv.key: getattr(kv.value, kv.value.WhichOneof("value")) for kv in items}
+
+
+def _last_points(metric) -> dict[tuple, object]:
+    """The last (cumulative: the whole run's) point of each series, by its sorted attributes."""
+    found = {}
+    for point in metric.histogram.data_points:
+        key = tuple(sorted(_attributes(point.attributes).items()))
+        if key not in found or point.time_unix_nano > found[key].time_unix_nano:
+            found[key] = point
+    return found
+
+
+@pytest.mark.e2e
+def test_a_replay_sends_its_metrics_with_the_genai_names_attributes_and_its_own_times(replayed):
+    run, received, done, _ = replayed
+    assert done.returncode in (0, 1), done.stderr
+    results = pq.read_table(run / "results.parquet").to_pylist()
+    info = json.loads((run / "run.json").read_text())
+    ok = [r for r in results if r["error_kind"] is None]
+    failed = [r for r in results if r["error_kind"] is not None]
+    assert failed and {r["error_kind"] for r in failed} == {"http_5xx"}
+    assert received.content_types == {"application/x-protobuf"}
+    assert all(h.get("authorization") == SECRET for h in received.headers)  # the header reached it ...
+    for text in (done.stdout, done.stderr, (run / "run.json").read_text()):
+        assert SECRET not in text  # ... and nothing else did
+    [request] = received.metrics
+    [resource_metrics] = request.resource_metrics
+    resource = _attributes(resource_metrics.resource.attributes)
+    assert resource["service.name"] == "llmreplay" and resource["llmreplay.run.id"].startswith("run-")
+    assert resource["llmreplay.engine"] == info["target"]["engine"]
+    [scope] = resource_metrics.scope_metrics
+    assert scope.schema_url == f"https://opentelemetry.io/schemas/{semconv.SEMCONV_VERSION}"
+    assert _attributes(scope.scope.attributes) == {"llmreplay.semconv.version": semconv.SEMCONV_VERSION}
+    metrics = {m.name: m for m in scope.metrics}
+    assert {name: m.unit for name, m in metrics.items()} == {
+        "gen_ai.client.operation.duration": "s",
+        "gen_ai.client.token.usage": "{token}",
+        "gen_ai.client.operation.time_to_first_chunk": "s",
+        "gen_ai.client.operation.time_per_output_chunk": "s",
+    }
+    port = int(info["target"]["base_url"].rsplit(":", 1)[1])
+    common = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "sim-model",
+              "gen_ai.provider.name": info["target"]["engine"], "server.address": "127.0.0.1", "server.port": port}  # fmt: skip
+    duration = _last_points(metrics["gen_ai.client.operation.duration"])
+    by_error = {dict(key).get("error.type"): point for key, point in duration.items()}
+    assert set(by_error) == {None, "http_5xx"}
+    assert all({**common, **dict(key)} == dict(key) for key in duration)
+    assert (by_error[None].count, by_error["http_5xx"].count) == (len(ok), len(failed))
+    assert by_error[None].sum == pytest.approx(sum(r["e2e_ns"] for r in ok) / 1e9, abs=1e-6)
+    assert list(by_error[None].explicit_bounds) == list(semconv.LATENCY_BOUNDS_S)
+    tokens = {
+        dict(key)["gen_ai.token.type"]: p
+        for key, p in _last_points(metrics["gen_ai.client.token.usage"]).items()
+    }
+    assert tokens["input"].sum == sum(r["prompt_tokens"] for r in ok)
+    assert tokens["output"].sum == sum(r["completion_tokens"] for r in ok)
+    streamed = [r for r in ok if r["stream"]]
+    [ttfc] = _last_points(metrics["gen_ai.client.operation.time_to_first_chunk"]).values()
+    assert ttfc.count == len(streamed) and ttfc.sum == pytest.approx(
+        sum(r["ttft_ns"] for r in streamed) / 1e9
+    )
+    [chunks] = _last_points(metrics["gen_ai.client.operation.time_per_output_chunk"]).values()
+    assert chunks.count == sum(len(r["chunk_offsets_ns"]) - 1 for r in streamed)
+    # the run's own wall-clock times, a point every 500 ms from the first send to the last answer
+    first_ns = min(round(r["sent_time"].timestamp() * 1e6) for r in results) * 1000
+    assert {m.histogram.aggregation_temporality for m in metrics.values()} == {2}  # CUMULATIVE
+    points = metrics["gen_ai.client.operation.duration"].histogram.data_points
+    assert {p.start_time_unix_nano for p in points} == {first_ns}
+    assert info["started_unix_ns"] <= min(p.time_unix_nano for p in points)
+    assert max(p.time_unix_nano for p in points) <= info["ended_unix_ns"]
+    assert len({p.time_unix_nano for p in points}) >= 2
+
+
+@pytest.mark.e2e
+def test_every_sent_request_is_one_client_span_with_its_send_and_answer_times(replayed):
+    run, received, _, _ = replayed
+    results = {r["request_id"]: r for r in pq.read_table(run / "results.parquet").to_pylist()}
+    spans = [
+        s
+        for request in received.traces
+        for rs in request.resource_spans
+        for ss in rs.scope_spans
+        for s in ss.spans
+    ]
+    assert len(spans) == len(results) and len({s.trace_id for s in spans}) == len(spans)
+    for span in spans:
+        attributes = _attributes(span.attributes)
+        row = results[attributes["llmreplay.request.id"]]
+        assert span.name == "chat sim-model" and span.kind == span.SPAN_KIND_CLIENT
+        assert span.start_time_unix_nano == round(row["sent_time"].timestamp() * 1e6) * 1000
+        if row["error_kind"] is None:
+            assert span.end_time_unix_nano - span.start_time_unix_nano == row["e2e_ns"]
+            assert attributes["gen_ai.usage.output_tokens"] == row["completion_tokens"]
+            assert attributes["gen_ai.response.finish_reasons"].values[0].string_value == row["finish_reason"]
+            assert ("gen_ai.response.time_to_first_chunk" in attributes) == row["stream"]
+        else:
+            assert span.status.code == span.status.STATUS_CODE_ERROR
+            assert (
+                attributes["error.type"] == row["error_kind"]
+                and attributes["http.response.status_code"] == 500
+            )
+
+
+@pytest.mark.e2e
+def test_a_collector_that_is_down_after_a_replay_is_one_warning_and_the_same_exit_status(replayed):
+    _, _, done, down = replayed
+    assert down.returncode == done.returncode, down.stderr
+    warnings = [line for line in down.stderr.splitlines() if "OTLP" in line]
+    assert len(warnings) == 1 and "Traceback" not in down.stderr, down.stderr
+    assert warnings[0].startswith("llmreplay: warning: OTLP export to http://127.0.0.1:")
+    assert "could not connect (Connection refused)" in warnings[0] and "export otlp" in warnings[0]
+
+
+@pytest.mark.e2e
+def test_export_otlp_of_a_finished_run_and_a_collector_that_refuses(replayed):
+    run = replayed[0]
+    with otlp_receiver() as received:
+        sent = CliRunner().invoke(
+            cli, ["export", "otlp", str(run), "--otlp-endpoint", received.url, "--no-otlp-spans"]
+        )
+    assert sent.exit_code == 0, sent.output
+    assert "OTLP: sent run run-" in sent.output and len(received.metrics) == 1 and not received.traces
+    with otlp_receiver(status=500) as received:
+        refused = CliRunner().invoke(cli, ["export", "otlp", str(run), "--otlp-endpoint", received.url])
+    assert refused.exit_code == 1
+    assert refused.output.strip().splitlines() == [
+        f"llmreplay: error: OTLP export to {received.url} failed: metrics: HTTP 500 Internal Server Error"
+    ]
