@@ -39,8 +39,11 @@ test-fast: $(STAMP) lint
 # prerequisite the machine lacks (cmake, the torch wheel, Python 3.11) is left out and its tests skip.
 # Also the long runs (marker `long`): the accuracy searches against the sim (capacity found within 10% of the
 # model) and the end-to-end runs of 15 s or more listed in tests/long_runs.py.
+# And Debian's prometheus (with promtool) and prometheus-pushgateway, unpacked into ~/.cache/llmreplay/tools
+# (tests/prometheus_setup.py: apt-get download + dpkg -x, no service) for tests/replayer/observe.
 test-engines: $(STAMP)
 	$(PY) tests/engines/engine_setup.py --allow-missing
+	$(PY) tests/prometheus_setup.py --allow-missing
 	$(VENV)/bin/pytest -q -m engines tests/engines
 	$(VENV)/bin/pytest -q -m long --ignore=tests/engines
 

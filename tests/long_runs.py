@@ -35,6 +35,7 @@ LONG = frozenset(
         "tests/recorder/test_recorder_e2e.py::test_a_killed_converter_is_restarted_and_loses_nothing",
         "tests/replayer/test_replay_e2e_orphans.py::test_kill_9_mid_run_stops_every_worker_within_a_second[pdeathsig]",
         "tests/replayer/test_replay_e2e_orphans.py::test_kill_9_mid_run_stops_every_worker_within_a_second[pipe-only]",
+        "tests/replayer/observe/test_prometheus_e2e.py::test_prometheus_scrapes_the_live_run_and_receives_the_finished_one",
     }
 )
 

@@ -9,6 +9,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from llmreplay.errors import BadInput
+from llmreplay.http_headers import parse_env_headers
 from llmreplay.options import option, url
 
 LOOPBACK = "127.0.0.1"
@@ -21,12 +22,6 @@ def _bind_address(text: str, flag: str) -> str:
         raise BadInput(
             f"{flag} {text!r}: expected an IP address to listen on, e.g. 127.0.0.1 or 0.0.0.0"
         ) from None
-
-
-def _env_headers(values: tuple[str, ...], flag: str) -> tuple[tuple[str, str], ...]:
-    from replayer.config import parse_env_headers  # one parser of NAME:ENV for every flag
-
-    return parse_env_headers(values, flag)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +55,7 @@ class ObserveConfig:
         (),
         flags=("--push-header-from-env",),
         multiple=True,
-        parse=_env_headers,
+        parse=parse_env_headers,
         repr=False,
         metavar="NAME:ENV",
         help="Header NAME sent with --pushgateway/--remote-write, its value the environment variable ENV "

@@ -82,8 +82,11 @@ class LiveMetrics:
         self._thread.join(5)
 
     def collect(self):
-        """prometheus_client's collector hook: called on each scrape, in the server's thread."""
+        """prometheus_client's collector hook: called on each scrape, in the server's thread. Nothing
+        until the first replay's labels are known (its target probed): no series with empty labels."""
         with self._lock:
+            if not self.labels["target"]:
+                return []
             run = self._run
             live = dict.fromkeys((*_COUNTED, "inflight", "lag_p99_ns"), 0)
             if run is not None:

@@ -61,8 +61,10 @@ def push_to_gateway(url: str, labels: dict[str, str], figures: list[Figure], hea
     registry = prometheus_client.CollectorRegistry(auto_describe=False)
     registry.register(_Families(figures))
 
-    def handler(url, method, timeout, sent_headers, data):
-        return default_handler(url, method, timeout, [*sent_headers, *headers], data)
+    extra = list(headers)
+
+    def handler(url, method, timeout, headers, data):  # prometheus_client calls it by these names
+        return default_handler(url, method, timeout, [*headers, *extra], data)
 
     prometheus_client.push_to_gateway(
         url, job=JOB, registry=registry, grouping_key=labels, timeout=TIMEOUT_S, handler=handler
