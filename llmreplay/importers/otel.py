@@ -82,10 +82,12 @@ def _exports(file: Path) -> Iterator:
         raise BadInput(f"{file}: no JSON (only blank lines)")
     try:
         yield first.where, parse_export(first.text, first.where)
-    except BadInput:
+    except BadInput as line_error:
         if _is_json(first.text):
             raise
         whole = "\n".join([first.text, *(text.text for text in texts)])
+        if not _is_json(whole):
+            raise line_error from None
         yield f"{file}", parse_export(whole, f"{file}")
         return
     for text in texts:
