@@ -19,6 +19,8 @@ from llmreplay.options import as_path, force_field, option
 from llmreplay.otlp.cli import OTLP_FLAGS, otlp_config
 from llmreplay.otlp.config import OtlpConfig
 from llmreplay.output_paths import atomic_output, check_output_file
+from llmreplay.prometheus.cli import export_prometheus, push_config
+from llmreplay.prometheus.config import PUSH_FLAGS, ObserveConfig
 from llmreplay.trace_format import MOONCAKE_BLOCK_SIZE, MOONCAKE_EXPORT_COLUMNS
 
 SESSION_TIMINGS = ("timestamp", "delay")
@@ -192,7 +194,7 @@ def _chain(first, rest):
     yield from rest
 
 
-EXPORT_TARGETS = ("mooncake", "csv", "otlp")
+EXPORT_TARGETS = ("mooncake", "csv", "otlp", "prometheus")
 MOONCAKE_ONLY = ("block_size", "session_timing")
 
 
@@ -201,6 +203,7 @@ MOONCAKE_ONLY = ("block_size", "session_timing")
 @click.argument("trace", type=click.Path(path_type=Path))
 @options.click_options(MooncakeExportConfig)
 @options.click_options(OtlpConfig)
+@options.click_options(ObserveConfig, only=PUSH_FLAGS)
 @click.pass_context
 def export_trace(ctx: click.Context, target: str, trace: Path, **values):
     """Write TRACE as Mooncake jsonl (timestamps in ms from its first request) for AIPerf or SGLang;
@@ -220,8 +223,18 @@ def export_trace(ctx: click.Context, target: str, trace: Path, **values):
       llmreplay export csv compare.json -o gate.csv           # compare --json: one row per gate case
     OTLP/HTTP (docs/observability.md#opentelemetry):
       llmreplay export otlp runs/candidate --otlp-endpoint http://localhost:4318
+    Prometheus (docs/observability.md#after-the-run---pushgateway-and---remote-write):
+      llmreplay export prometheus runs/candidate --pushgateway http://localhost:9091
+      llmreplay export prometheus runs/candidate --remote-write http://localhost:9090/api/v1/write
     """
     otlp = otlp_config(values)
+    push = push_config(values)
+    if target == "prometheus":
+        _refuse_flags(ctx, ("output_path", "force", *MOONCAKE_ONLY), MooncakeExportConfig, "mooncake and csv")
+        _refuse_flags(ctx, OTLP_FLAGS, OtlpConfig, "otlp")
+        export_prometheus(trace, push)
+        return
+    _refuse_flags(ctx, PUSH_FLAGS, ObserveConfig, "prometheus")
     if target == "otlp":
         _refuse_flags(ctx, ("output_path", "force", *MOONCAKE_ONLY), MooncakeExportConfig, "mooncake and csv")
         from llmreplay.otlp.cli import export_otlp

@@ -12,9 +12,9 @@ from llmreplay.engines import BY_NAME
 from llmreplay.errors import BadInput
 from llmreplay.http_headers import parse_env_headers, parse_headers
 from llmreplay.options import duration, factor, http_url, option
+from llmreplay.prometheus.config import ObserveConfig
 from llmreplay.tokenizers import DEFAULT_TOKENIZER
 from replayer.compare.gate_limits import FidelityLimits, max_error_rate_field
-from replayer.observe.config import ObserveConfig
 
 ENGINES = ("detect", *BY_NAME)  # llmreplay.engines: one row per engine
 NS_PER_S = 1_000_000_000

@@ -117,7 +117,7 @@ def run_replay(config: ReplayConfig, console=None, live=None) -> RunOutcome:
         if owned is not None:
             owned.close()
     if config.observe.pushes:
-        from replayer.observe.push import push_run
+        from llmreplay.prometheus.push import push_run
 
         push_run(outcome.run_dir, config.observe, console)
     return outcome

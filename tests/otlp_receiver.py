@@ -1,7 +1,7 @@
 """A real OTLP/HTTP receiver on loopback for the tests: what arrives at /v1/metrics and /v1/traces is
 decoded with opentelemetry-proto's own messages (no hand-written parser) and kept, headers included.
 
-`status` answers every request with that HTTP status (500: a collector that refuses).
+`refuse` maps a path to the HTTP status it answers instead ({"/v1/metrics": 404}: a traces-only backend).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ MESSAGES = {
 
 
 class Received:
-    def __init__(self, status: int):
-        self.status = status
+    def __init__(self, refuse: dict[str, int]):
+        self.refuse = refuse
         self.metrics: list[ExportMetricsServiceRequest] = []
         self.traces: list[ExportTraceServiceRequest] = []
         self.headers: list[dict[str, str]] = []
@@ -41,8 +41,9 @@ def _handler(received: Received):
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             received.headers.append({name.lower(): value for name, value in self.headers.items()})
             received.content_types.add(self.headers.get("Content-Type", ""))
-            if self.path not in MESSAGES or received.status != 200:
-                self.send_response(404 if self.path not in MESSAGES else received.status)
+            status = received.refuse.get(self.path, 200 if self.path in MESSAGES else 404)
+            if status != 200:
+                self.send_response(status)
                 self.end_headers()
                 return
             request_type, response_type = MESSAGES[self.path]
@@ -62,9 +63,9 @@ def _handler(received: Received):
 
 
 @contextlib.contextmanager
-def otlp_receiver(status: int = 200):
+def otlp_receiver(refuse: dict[str, int] | None = None):
     """A started receiver on 127.0.0.1 (a free port); yields its Received (.url the base URL)."""
-    received = Received(status)
+    received = Received(refuse or {})
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(received))
     received.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -31,8 +31,10 @@ def export_otlp(run: Path, config: OtlpConfig) -> None:
     """`llmreplay export otlp RUN --otlp-endpoint URL`: exit 1 when the collector refuses."""
     from llmreplay.otlp.send import OtlpExportFailed, export_run
 
-    if not config.enabled:
+    if config.otlp_endpoint is None:
         raise BadInput("export otlp: --otlp-endpoint URL is required (the collector's OTLP/HTTP base URL)")
+    if not config.enabled:
+        raise BadInput("export otlp: --no-otlp-metrics and --no-otlp-spans leave nothing to send")
     try:
         report = export_run(config, run)
     except OtlpExportFailed as exc:
@@ -62,8 +64,9 @@ def export_after_runs(config: OtlpConfig, runs: Iterable[Path], quiet: bool = Fa
 
 
 def _sent_line(report, config: OtlpConfig) -> str:
-    spans = f", {report.spans} spans" if config.otlp_spans else ""
+    sent = [f"{report.metric_points} metric points"] * config.otlp_metrics + [
+        f"{report.spans} spans"
+    ] * config.otlp_spans
     return (
-        f"OTLP: sent run {report.run_id} ({report.requests} requests) to {config.endpoint}: "
-        f"{report.metric_points} metric points{spans}"
+        f"OTLP: sent run {report.run_id} ({report.requests} requests) to {config.endpoint}: {', '.join(sent)}"
     )

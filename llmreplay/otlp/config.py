@@ -59,11 +59,18 @@ class OtlpConfig:
         help="Header NAME sent to the collector, its value the environment variable ENV (repeatable; e.g. "
         "Authorization:OTLP_AUTH). Without it, OTEL_EXPORTER_OTLP_HEADERS applies.",
     )
+    otlp_metrics: bool = option(
+        True,
+        flags=("--otlp-metrics/--no-otlp-metrics",),
+        type=bool,
+        help="Send the GenAI metrics (--no-otlp-metrics: spans only, e.g. to Jaeger).",
+    )
     otlp_spans: bool = option(
         True,
         flags=("--otlp-spans/--no-otlp-spans",),
         type=bool,
-        help="Also send one span per request (start and end as sent and answered).",
+        help="Send one span per request, start and end as sent and answered (--no-otlp-spans: metrics "
+        "only, e.g. to Prometheus's OTLP receiver).",
     )
     otlp_timeout_s: float = option(
         10.0,
@@ -81,7 +88,7 @@ class OtlpConfig:
 
     @property
     def enabled(self) -> bool:
-        return self.otlp_endpoint is not None
+        return self.otlp_endpoint is not None and (self.otlp_metrics or self.otlp_spans)
 
     @property
     def endpoint(self) -> str | None:

@@ -44,34 +44,66 @@ def require_sdk() -> None:
 
 
 def export_run(config: OtlpConfig, run: Path) -> ExportReport:
-    """Metrics, then (with config.otlp_spans) spans of the run at `run`; OtlpExportFailed at the first refusal."""
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.metrics.export import MetricExportResult
-
-    from llmreplay.otlp.metric_points import metrics_data, windows_of
+    """The run at `run` sent: metrics, then spans, each if asked for. A signal the collector refuses (a
+    backend that takes only traces answers 404 to metrics) does not stop the other; a collector that cannot
+    be reached stops both. OtlpExportFailed names what failed and what was sent."""
     from llmreplay.otlp.run_requests import read_run_requests
-    from llmreplay.otlp.spans import send_spans
 
     requests = read_run_requests(run)
     resource, scope = _resource_and_scope(requests.resource)
-    data, points = metrics_data(requests, windows_of(requests, config.otlp_step_s), scope, resource)
-    session = _watched_session()
-    options = {"headers": dict(config.otlp_headers) or None, "timeout": config.otlp_timeout_s, "session": session}
+    failed: list[str] = []
+    points = spans = 0
     with _caught_logs():
-        exporter = OTLPMetricExporter(endpoint=f"{config.endpoint}/v1/metrics", **options)
-        result = exporter.export(data)
-        exporter.shutdown()
-        if result is not MetricExportResult.SUCCESS:
-            raise OtlpExportFailed(f"metrics: {session.outcome}")
-        spans = 0
+        if config.otlp_metrics:
+            points, outcome = _send_metrics(config, requests, resource, scope)
+            if outcome is not None:
+                failed.append(f"metrics: {outcome}")
+                if not outcome.startswith("HTTP"):
+                    raise OtlpExportFailed(failed[0])
         if config.otlp_spans:
-            exporter = OTLPSpanExporter(endpoint=f"{config.endpoint}/v1/traces", **options)
-            sent = send_spans(requests, exporter, resource, scope)
-            if sent.failed:
-                raise OtlpExportFailed(f"spans: {session.outcome} (after {sent.sent} spans)")
-            spans = sent.sent
+            spans, outcome = _send_spans(config, requests, resource, scope)
+            if outcome is not None:
+                failed.append(f"spans: {outcome} (after {spans} spans)")
+    if failed:
+        sent = f" (sent: {points} metric points)" if points and not failed[0].startswith("metrics") else ""
+        raise OtlpExportFailed("; ".join(failed) + sent)
     return ExportReport(requests.run_id, requests.table.num_rows, requests.not_sent, points, spans)
+
+
+def _exporter_options(config: OtlpConfig) -> dict:
+    return {
+        "headers": dict(config.otlp_headers) or None,  # None: the SDK reads OTEL_EXPORTER_OTLP_*HEADERS
+        "timeout": config.otlp_timeout_s,
+        "session": _watched_session(),
+    }
+
+
+def _send_metrics(config: OtlpConfig, requests, resource, scope) -> tuple[int, str | None]:
+    """(points, None) once the collector took them; (points, the last answer) when it did not."""
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics.export import MetricExportResult
+
+    from llmreplay.otlp.metric_points import metrics_data, windows_of
+
+    data, points = metrics_data(requests, windows_of(requests, config.otlp_step_s), scope, resource)
+    options = _exporter_options(config)
+    exporter = OTLPMetricExporter(endpoint=f"{config.endpoint}/v1/metrics", **options)
+    result = exporter.export(data)
+    exporter.shutdown()
+    return points, None if result is MetricExportResult.SUCCESS else options["session"].outcome
+
+
+def _send_spans(config: OtlpConfig, requests, resource, scope) -> tuple[int, str | None]:
+    """(spans the collector took, None or the last answer when it refused a batch)."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    from llmreplay.otlp.spans import send_spans
+
+    options = _exporter_options(config)
+    sent = send_spans(
+        requests, OTLPSpanExporter(endpoint=f"{config.endpoint}/v1/traces", **options), resource, scope
+    )
+    return sent.sent, options["session"].outcome if sent.failed else None
 
 
 def _resource_and_scope(attributes: dict):

@@ -58,16 +58,19 @@ def send_spans(run: RunRequests, exporter, resource, scope) -> BatchExport:
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(processor)
     tracer = provider.get_tracer(scope.name, scope.version, scope.schema_url, scope.attributes)
-    rows = run.table.select(SPAN_COLUMNS).to_pylist()
     names = [_span_name(attrs) for attrs in run.series_attributes]
-    for row, start, end, series in zip(
-        rows, run.start_ns.tolist(), run.end_ns.tolist(), run.series, strict=True
-    ):
-        attributes = {**run.series_attributes[series], **span_attributes(row)}
-        span = tracer.start_span(names[series], kind=SpanKind.CLIENT, attributes=attributes, start_time=start)
-        if row["error_kind"] is not None:
-            span.set_status(Status(StatusCode.ERROR, row["error_kind"]))
-        span.end(end_time=end)
+    starts, ends, series = run.start_ns.tolist(), run.end_ns.tolist(), run.series.tolist()
+    first = 0
+    for batch in run.table.select(SPAN_COLUMNS).to_batches(max_chunksize=BATCH):  # dicts a batch at a time
+        for i, row in enumerate(batch.to_pylist(), start=first):
+            attributes = {**run.series_attributes[series[i]], **span_attributes(row)}
+            span = tracer.start_span(
+                names[series[i]], kind=SpanKind.CLIENT, attributes=attributes, start_time=starts[i]
+            )
+            if row["error_kind"] is not None:
+                span.set_status(Status(StatusCode.ERROR, row["error_kind"]))
+            span.end(end_time=ends[i])
+        first += batch.num_rows
         if processor.failed:
             break
     provider.shutdown()

@@ -1,2 +1,2 @@
-"""Prometheus out: a run's live progress at --metrics-port, a finished run pushed to a Pushgateway or by
-remote-write. Coordinator side only: nothing here runs in, or is imported by, the workers' loop."""
+"""A running replay's live progress at --metrics-port (Prometheus text format). Coordinator side only:
+nothing here runs in, or is imported by, the workers' loop. After the run: llmreplay.prometheus."""

@@ -8,8 +8,8 @@ import threading
 from collections import Counter
 
 from llmreplay.errors import BadInput
-from replayer.observe.config import ObserveConfig
-from replayer.observe.labels import LABEL_NAMES, model_label, run_labels
+from llmreplay.prometheus.config import ObserveConfig
+from llmreplay.prometheus.labels import LABEL_NAMES, model_label, run_labels
 from replayer.observe.spool_tail import SpoolTail, Window, now_ns
 from replayer.progress import totals
 

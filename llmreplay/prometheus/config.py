@@ -1,4 +1,5 @@
-"""The Prometheus flags of `replay` and `capacity`, declared once (nested in ReplayConfig as `observe`).
+"""The Prometheus flags, declared once: `replay` and `capacity` (nested in ReplayConfig as `observe`) take
+them all, `export prometheus` the push ones (PUSH_FLAGS).
 
 Light (no prometheus_client, no click): the workers import ReplayConfig, and with it this.
 """
@@ -13,6 +14,7 @@ from llmreplay.http_headers import parse_env_headers
 from llmreplay.options import option, url
 
 LOOPBACK = "127.0.0.1"
+PUSH_FLAGS = frozenset({"pushgateway", "remote_write", "push_headers"})
 
 
 def _bind_address(text: str, flag: str) -> str:

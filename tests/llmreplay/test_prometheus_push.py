@@ -9,9 +9,9 @@ import cramjam
 from opentelemetry.exporter.prometheus_remote_write.gen.remote_pb2 import WriteRequest
 
 from llmreplay.http_headers import parse_env_headers
-from replayer.observe.config import ObserveConfig
-from replayer.observe.push import push_run, write_request
-from replayer.observe.run_figures import labels_of, run_figures
+from llmreplay.prometheus.config import ObserveConfig
+from llmreplay.prometheus.push import push_run, write_request
+from llmreplay.prometheus.run_figures import labels_of, run_figures
 
 RUN = {
     "config": {"model": None, "model_map": [["prod", "staging-m"]]},
@@ -82,10 +82,7 @@ def test_the_write_request_reads_back_with_sorted_labels():
 
 
 def test_a_failed_push_is_one_warning_line_per_target_without_the_url_path(tmp_path, monkeypatch):
-    run_dir = tmp_path / "canary"
-    run_dir.mkdir()
-    (run_dir / "results.parquet").write_bytes(b"")  # a run directory: read_run_json asks no more of it
-    (run_dir / "run.json").write_text(json.dumps(RUN))
+    run_dir = _run_dir(tmp_path)
     monkeypatch.setenv("LLMREPLAY_TEST_PUSH_TOKEN", "Bearer s3cr3t")
     config = ObserveConfig(
         pushgateway="http://127.0.0.1:9/secret-path",  # port 9 (discard): nothing listens there
@@ -99,3 +96,38 @@ def test_a_failed_push_is_one_warning_line_per_target_without_the_url_path(tmp_p
     assert warnings[0].startswith("warning: --pushgateway http://127.0.0.1:9: not sent (")
     assert warnings[1].startswith("warning: --remote-write http://127.0.0.1:9: not sent (")
     assert not any(text in "".join(warnings) for text in ("secret-path", "key=k", "s3cr3t"))
+
+
+def _run_dir(tmp_path):
+    """A run directory as far as the push reads one: run.json (and a results.parquet beside it)."""
+    run_dir = tmp_path / "canary"
+    run_dir.mkdir()
+    (run_dir / "results.parquet").write_bytes(b"")
+    (run_dir / "run.json").write_text(json.dumps(RUN))
+    return run_dir
+
+
+def test_export_prometheus_refuses_without_a_target_and_fails_in_one_line_per_refusal(tmp_path):
+    from click.testing import CliRunner
+
+    from llmreplay.cli import cli
+
+    run_dir = _run_dir(tmp_path)
+    none = CliRunner().invoke(cli, ["export", "prometheus", str(run_dir)], catch_exceptions=False)
+    assert none.exit_code == 2 and "--pushgateway URL and/or --remote-write URL" in none.stderr
+    extra = CliRunner().invoke(
+        cli, ["export", "prometheus", str(run_dir), "-o", "x.csv", "--pushgateway", "http://127.0.0.1:9"]
+    )
+    assert extra.exit_code == 2 and "applies to 'export mooncake and csv' only" in extra.stderr
+    wrong = CliRunner().invoke(
+        cli, ["export", "csv", str(run_dir), "-o", "x.csv", "--pushgateway", "http://h:1"]
+    )
+    assert wrong.exit_code == 2 and "--pushgateway: applies to 'export prometheus' only" in wrong.stderr
+    refused = CliRunner().invoke(
+        cli, ["export", "prometheus", str(run_dir), "--remote-write", "http://127.0.0.1:9/api/v1/write"]
+    )
+    assert refused.exit_code == 1
+    assert refused.stderr.splitlines() == [
+        line for line in refused.stderr.splitlines() if line.startswith("llmreplay: error: --remote-write")
+    ]
+    assert len(refused.stderr.splitlines()) == 1

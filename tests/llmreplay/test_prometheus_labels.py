@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from replayer.observe.labels import model_label, run_labels, target_label
+from llmreplay.prometheus.labels import model_label, run_labels, target_label
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Send a finished run's figures (replayer.observe.run_figures) to a Pushgateway, grouped by its four
+"""Send a finished run's figures (llmreplay.prometheus.run_figures) to a Pushgateway, grouped by its four
 labels, and/or by Prometheus remote-write 1.0 (a snappy-compressed protobuf WriteRequest). A failure is
 one warning line: the run on disk is the record, and its exit status stays the verdict's."""
 
@@ -9,9 +9,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from replayer.observe.config import ObserveConfig
-from replayer.observe.labels import target_label
-from replayer.observe.run_figures import Figure, labels_of, read_run_json, run_figures
+from llmreplay.prometheus.config import ObserveConfig
+from llmreplay.prometheus.labels import target_label
+from llmreplay.prometheus.run_figures import Figure, labels_of, read_run_json, run_figures
 
 JOB = "llmreplay"
 TIMEOUT_S = 10.0

@@ -10,8 +10,8 @@ from pathlib import Path
 import orjson
 
 from llmreplay.errors import BadInput
+from llmreplay.prometheus.labels import model_label, run_labels
 from llmreplay.run_format import RUN_FILE, find_results
-from replayer.observe.labels import model_label, run_labels
 
 SUMMARY_QUANTILES = ("p50", "p90", "p95", "p99")  # the summary's latency keys, as quantile labels
 LATENCIES = ("ttft", "ttfo", "tpot", "itl", "e2e", "ttfb")  # llmreplay.metrics.METRICS' names
