@@ -36,6 +36,7 @@ LONG = frozenset(
         "tests/replayer/test_replay_e2e_orphans.py::test_kill_9_mid_run_stops_every_worker_within_a_second[pdeathsig]",
         "tests/replayer/test_replay_e2e_orphans.py::test_kill_9_mid_run_stops_every_worker_within_a_second[pipe-only]",
         "tests/replayer/observe/test_prometheus_e2e.py::test_prometheus_scrapes_the_live_run_and_receives_the_finished_one",
+        "tests/replayer/observe/test_capacity_metrics_e2e.py::test_one_live_endpoint_across_the_steps_and_each_step_pushed",
     }
 )
 
