@@ -35,7 +35,7 @@ ATTRIBUTES = {
 }
 CLIENT_KINDS = (Span.SPAN_KIND_CLIENT, Span.SPAN_KIND_INTERNAL, Span.SPAN_KIND_UNSPECIFIED)
 INT32_MAX = (1 << 31) - 1
-_READ = frozenset(name for names in ATTRIBUTES.values() for name in names) | {
+READ_ATTRIBUTES = frozenset(name for names in ATTRIBUTES.values() for name in names) | {
     "gen_ai.operation.name",
     "error.type",
 }
@@ -119,7 +119,7 @@ def attribute_values(span: Span) -> dict[str, object]:
     """The span's gen_ai.* (and error.type) attributes as Python values; arrays and maps as a marker."""
     values = {}
     for pair in span.attributes:
-        if pair.key in _READ:
+        if pair.key in READ_ATTRIBUTES:
             kind = pair.value.WhichOneof("value")
             values[pair.key] = getattr(pair.value, kind) if kind in _SCALARS else _Unusable(kind)
     return values

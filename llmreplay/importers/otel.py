@@ -12,9 +12,15 @@ from pathlib import Path
 import orjson
 
 from llmreplay.errors import BadInput
-from llmreplay.importers.genai_span import SKIP_DUPLICATE, GenAISpan, read_span
+from llmreplay.importers.genai_span import (
+    READ_ATTRIBUTES,
+    SKIP_DUPLICATE,
+    SKIP_NOT_GENAI,
+    GenAISpan,
+    read_span,
+)
 from llmreplay.importers.otlp_files import export_files, export_texts
-from llmreplay.importers.otlp_json import parse_export
+from llmreplay.importers.otlp_json import SpanSelection, parse_export
 from llmreplay.importers.source_request import SourceRead, SourceRequest, skip
 from llmreplay.trace_format import DEFAULT_BLOCK_SIZE
 
@@ -25,6 +31,8 @@ NOT_IN_SOURCE = (
 TTFT_SOURCE = (
     "gen_ai.response.time_to_first_chunk: the first chunk, which may be a role-only chunk before any token"
 )
+# only spans with an operation name are decoded, only with the attributes read: content never is
+GENAI_SPANS = SpanSelection("gen_ai.operation.name", READ_ATTRIBUTES)
 STREAM_UNKNOWN = "unknown: assumed streamed"
 E2E_SOURCE = "span duration (end - start), as the instrumented client measured it"
 
@@ -36,7 +44,9 @@ def read_otel(path: Path) -> SourceRead:
     seen: set[tuple[str, str]] = set()
     files = export_files(path)
     for file in files:
-        for where, export in _exports(file):
+        for where, export, left_out in _exports(file):
+            for _ in range(left_out):
+                skip(skipped, SKIP_NOT_GENAI, _short_where(where, path))
             for resource_spans in export.resource_spans:
                 service = _service_name(resource_spans)
                 for scope_spans in resource_spans.scope_spans:
@@ -75,23 +85,24 @@ def read_otel(path: Path) -> SourceRead:
 
 
 def _exports(file: Path) -> Iterator:
-    """(where, request) per line; a file whose first line is not JSON by itself is read as one document."""
+    """(where, request, spans left out) per line; a file whose first line is not JSON by itself is read
+    as one document."""
     texts = export_texts(file)
     first = next(texts, None)
     if first is None:
         raise BadInput(f"{file}: no JSON (only blank lines)")
     try:
-        yield first.where, parse_export(first.text, first.where)
+        yield first.where, *parse_export(first.text, first.where, GENAI_SPANS)
     except BadInput as line_error:
         if _is_json(first.text):
             raise
         whole = "\n".join([first.text, *(text.text for text in texts)])
         if not _is_json(whole):
             raise line_error from None
-        yield f"{file}", parse_export(whole, f"{file}")
+        yield f"{file}", *parse_export(whole, f"{file}", GENAI_SPANS)
         return
     for text in texts:
-        yield text.where, parse_export(text.text, text.where)
+        yield text.where, *parse_export(text.text, text.where, GENAI_SPANS)
 
 
 def _is_json(text: str) -> bool:

@@ -151,7 +151,8 @@ def test_every_export_form_gives_the_same_hand_checked_trace(tmp_path, form):
     result = run("import", "otel", str(source), "-o", str(tmp_path / "t.parquet"))
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith(f"imported 4 of 8 spans, 1 sessions from {source}")
-    assert "skipped 4 of 8 spans: 1 GenAI 'execute_tool' spans (not a model call)" in result.stderr
+    assert "skipped 4 of 8 spans: " in result.stderr
+    assert "1 GenAI 'execute_tool' spans (not a model call)" in result.stderr
     assert (
         "1 not client spans" in result.stderr
         and "1 failed" in result.stderr
@@ -343,7 +344,7 @@ KEYS = (
 UINT64 = st.integers(min_value=0, max_value=2**64 - 1)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(values=st.dictionaries(st.sampled_from(KEYS), VALUES, max_size=5), start=UINT64, end=UINT64)
 def test_any_attribute_values_give_a_bounded_trace_or_one_line(tmp_path, values, start, end):
     export = one_span_export(**values, start_time_unix_nano=start, end_time_unix_nano=end)
