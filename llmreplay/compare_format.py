@@ -19,7 +19,7 @@ from llmreplay.errors import BadInput
 
 # Version rule: MAJOR.MINOR. A minor only adds keys; a major renames, removes or changes the meaning of one.
 FORMAT = "llmreplay.compare"
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"
 READABLE_MAJOR_VERSIONS = (1,)
 
 # Outcomes of a gate case, as JUnit knows them.
@@ -32,6 +32,7 @@ _NOT_JUDGED = {  # latency verdicts that neither pass nor fail: JUnit's skipped,
     "no_data": "no data: no request measured it",
     "different_load": "not compared: the sides ran at different --speed/--scale",
 }
+_FEW_SAMPLES = "inconclusive: too few values beyond the percentile to call a change (a bootstrap cannot see past the largest)"
 
 
 def stamped(result: dict) -> dict:
@@ -186,14 +187,15 @@ def _latency_cases(result: dict, strict: bool) -> list[GateCase]:
         elif verdict == _INCONCLUSIVE and strict:
             outcome = FAILED
             message = f"{metric} {p} inconclusive (--fail-on-inconclusive): {seen}"
+        elif verdict == _INCONCLUSIVE and cell.get("few_samples"):
+            outcome = SKIPPED
+            message = f"{metric} {p} {_FEW_SAMPLES}: {seen}"
         elif verdict in _NOT_JUDGED:
             outcome = SKIPPED
             message = f"{metric} {p} {_NOT_JUDGED[verdict]}" + (f": {seen}" if ratio is not None else "")
         else:
             outcome = PASSED
             message = f"{metric} {p} {verdict.replace('_', ' ')}: {seen}"
-        if cell.get("few_samples"):
-            message += " (few samples beyond the percentile)"
         cases.append(GateCase("latency", f"{metric} {p}", outcome, verdict, message, base, cand, ratio, low, high))
     return cases
 

@@ -1,6 +1,7 @@
 """Latency cells: every metric at every percentile on both sides, the ratio, its paired-bootstrap CI
 (replayer.compare.paired: a side compared with itself gets 1, CI [1, 1]) and the verdict; a cell
-with fewer than MIN_TAIL_SAMPLES values beyond its percentile is flagged `few_samples`."""
+with fewer than MIN_TAIL_SAMPLES values beyond its percentile is flagged `few_samples` and calls no
+change significant (inconclusive): a bootstrap cannot see past the largest values it has."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ class CellSettings:
     confidence: float  # per interval (Bonferroni over the comparison's cells)
     draws: int
     refused: bool = False  # the sides ran at different load: numbers shown, no verdict
+    block_requests: int = 1  # consecutive requests resampled together (replayer.compare.time_blocks)
 
 
 def samples(req: RequestColumns, cluster_of_row: np.ndarray, mask: np.ndarray | None = None) -> Samples:
@@ -92,10 +94,13 @@ def latency_rows(
             row["comparison"] = _comparison(metric, b, c, clusters, settings, rng, counts)
             for q, cell in row["comparison"].items():
                 cell["few_samples"] = q in row["baseline"]["few_samples"] or q in row[c_label]["few_samples"]
+                if cell["few_samples"] and cell["verdict"] in _SIGNIFICANT:
+                    cell["verdict"] = compare_stats.INCONCLUSIVE
         rows[name] = row
     return rows
 
 
+_SIGNIFICANT = (compare_stats.REGRESSION, compare_stats.IMPROVEMENT)  # what few samples cannot show
 _FLIPPED = {
     compare_stats.REGRESSION: compare_stats.IMPROVEMENT,
     compare_stats.IMPROVEMENT: compare_stats.REGRESSION,
@@ -108,7 +113,7 @@ def _comparison(
     """The candidate/baseline ratio at each of the metric's percentiles, its paired CI and verdict."""
     name = metric.name
     qs = tuple(q / 100 for q in metric.percentiles)
-    n_eff = (b.itl_requests, c.itl_requests) if metric.per_gap else (None, None)
+    n_eff = _effective_sizes(metric, b, c, settings.block_requests)
     draws = compare_paired.paired_ratio_draws(
         (b.values[name], b.cluster[name]),
         (c.values[name], c.cluster[name]),
@@ -137,6 +142,17 @@ def _comparison(
             "verdict": verdict,
         }
     return cells
+
+
+def _effective_sizes(metric: LatencyMetric, b: Samples, c: Samples, block: int) -> tuple:
+    """Each side's independent draws behind the metric, for the copula path: pooled ITL gaps count
+    their requests, and blocks of correlated requests count once per `block` requests."""
+    name = metric.name
+    if metric.per_gap:
+        return (max(1, b.itl_requests // block), max(1, c.itl_requests // block))
+    if block <= 1:
+        return (None, None)
+    return (max(1, b.values[name].size // block), max(1, c.values[name].size // block))
 
 
 def sample_warnings(latency: dict, labels: list[str]) -> list[str]:

@@ -19,9 +19,9 @@ import replayer.compare.paired as compare_paired
 import replayer.compare.slo as compare_slo
 import replayer.compare.stats as compare_stats
 from llmreplay.errors import BadInput
-from llmreplay.metrics import METRICS
+from llmreplay.metrics import GATING, METRICS
 from llmreplay.run_format import stated_load
-from replayer.compare import run_fidelity
+from replayer.compare import run_fidelity, time_blocks
 from replayer.compare.apis import api_section
 from replayer.compare.buckets import buckets_section
 from replayer.compare.cold_start import cold_mask, cold_start_section
@@ -72,11 +72,13 @@ def compare_sides(baseline: Side, candidate: Side, config: CompareConfig) -> dic
     matched = same_load(b_load, c_load)
     refused = not matched and not config.allow_different_load
     common_b, common_c = _paired_indices(b_req, c_req)
-    b_clusters, c_clusters, clusters = _cluster_numbers(baseline, candidate)
+    dependence = _dependence(b_req, c_req, common_b, common_c)
+    b_clusters, c_clusters, clusters = _blocks(baseline, candidate, b_req, c_req, dependence)
+    cells = dataclasses.replace(config.cells(refused), block_requests=dependence.block_requests)
     counts = _shared_resamples(clusters, config, rng)
     b_all, c_all = samples(b_req, b_clusters), samples(c_req, c_clusters)
     sides = [(baseline, b_req, b_scale), (candidate, c_req, c_scale)]
-    latency = latency_rows(b_all, c_all, clusters, config.cells(refused), rng, candidate.label, counts)
+    latency = latency_rows(b_all, c_all, clusters, cells, rng, candidate.label, counts)
     errors = _errors_section(b_req, c_req, config, rng)
     checks = run_checks + compare_fidelity.cross_checks(
         b_req, c_req, common_b, common_c, c_scale, baseline.kind == TRACE, config.limits
@@ -99,7 +101,8 @@ def compare_sides(baseline: Side, candidate: Side, config: CompareConfig) -> dic
         "clock_domains": _clock_domains(baseline, candidate, config),
         "fidelity": _fidelity(checks),
         "latency": latency,
-        "warnings": sample_warnings(latency, ["baseline", candidate.label]),
+        "dependence": dependence.as_dict(),
+        "warnings": sample_warnings(latency, ["baseline", candidate.label]) + dependence_warnings(dependence),
         "slos": slos,
         "goodput": {s.label: _goodput(r, config) for s, r, _ in sides},
         "errors": errors,
@@ -109,7 +112,7 @@ def compare_sides(baseline: Side, candidate: Side, config: CompareConfig) -> dic
             c_req,
             c_clusters,
             clusters,
-            config.cells(refused),
+            cells,
             rng,
             candidate.label,
             counts,
@@ -214,11 +217,13 @@ def soak_drift(side: Side, config: CompareConfig) -> dict | None:
     )
     first, last, common = _restrict_to_common(first, last)
     b_req, c_req = build_requests(first), build_requests(last)
-    b_clusters, c_clusters, clusters = _cluster_numbers(first, last)
+    dependence = _dependence(b_req, c_req, *_paired_indices(b_req, c_req))
+    b_clusters, c_clusters, clusters = _blocks(first, last, b_req, c_req, dependence)
+    cells = dataclasses.replace(config.cells(), block_requests=dependence.block_requests)
     rng = compare_stats.make_rng(config.seed)
     counts = _shared_resamples(clusters, config, rng)
     b_all, c_all = samples(b_req, b_clusters), samples(c_req, c_clusters)
-    latency = latency_rows(b_all, c_all, clusters, config.cells(), rng, last.label, counts)
+    latency = latency_rows(b_all, c_all, clusters, cells, rng, last.label, counts)
     errors = _errors_section(b_req, c_req, config, rng, last.label)
     cells = compare_drift.drift_cells(latency, errors, last.label)
     trends = compare_drift.server_trends(side.path, side.config)
@@ -305,6 +310,49 @@ def _cluster_numbers(baseline: Side, candidate: Side) -> tuple[np.ndarray, np.nd
         numbers[len(b_keys) :],
         len(encoded.chunk(0).dictionary) if encoded.num_chunks else 0,
     )
+
+
+def _dependence(
+    b_req: RequestColumns, c_req: RequestColumns, common_b: np.ndarray, common_c: np.ndarray
+) -> time_blocks.Dependence:
+    """How strongly neighbouring requests' paired differences (log candidate / baseline of each gating
+    per-request metric, in the trace's arrival order) move together."""
+    order = np.argsort(b_req.trace_offset_ns[common_b], kind="stable")
+    b_rows, c_rows = common_b[order], common_c[order]
+    series = {}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for metric in GATING:
+            if not metric.per_gap:
+                name = metric.name
+                series[name] = np.log(c_req.latency_ns[name][c_rows]) - np.log(b_req.latency_ns[name][b_rows])
+    return time_blocks.dependence(series)
+
+
+def _blocks(
+    baseline: Side, candidate: Side, b_req: RequestColumns, c_req: RequestColumns, dependence
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Each row's block of consecutive requests (by first arrival in the trace), shared by both sides,
+    and how many blocks there are: what the bootstrap resamples."""
+    b_clusters, c_clusters, clusters = _cluster_numbers(baseline, candidate)
+    if dependence.block_requests <= 1:
+        return b_clusters, c_clusters, clusters
+    arrival = np.full(clusters, np.inf)
+    np.minimum.at(arrival, b_clusters, np.nan_to_num(b_req.trace_offset_ns.astype(float), nan=np.inf))
+    np.minimum.at(arrival, c_clusters, np.nan_to_num(c_req.trace_offset_ns.astype(float), nan=np.inf))
+    block, blocks = time_blocks.block_numbers(arrival, dependence.block_requests)
+    return block[b_clusters], block[c_clusters], blocks
+
+
+def dependence_warnings(dependence: time_blocks.Dependence) -> list[str]:
+    """A line when neighbouring requests move together enough to resample them in blocks."""
+    if dependence.block_requests <= 1:
+        return []
+    return [
+        f"neighbouring requests move together ({dependence.metric} lag-1 autocorrelation "
+        f"{dependence.lag1:.2f}): the confidence intervals resample blocks of {dependence.block_requests} "
+        f"consecutive requests, about {dependence.effective_requests:.0f} independent of "
+        f"{dependence.requests:,}"
+    ]
 
 
 def _shared_resamples(clusters: int, config: CompareConfig, rng) -> np.ndarray | None:

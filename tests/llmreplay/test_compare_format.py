@@ -32,6 +32,7 @@ GOLDEN = sorted((ROOT / "samples" / "golden").glob("compare-v*.json"))
 # Recipe (each written once, never regenerated), from the repository's root:
 #   llmreplay compare samples/golden/run-v1.4 samples/golden/run-v1.4 --slo 'ttft_p95<=50ms' \
 #       --slo 'e2e_p99<=20s' --json > samples/golden/compare-v1.0.json      (NO-GO: error rate 50% > 1%)
+#   the same command > samples/golden/compare-v1.1.json (1.1 adds `dependence`)
 CURRENT = ROOT / "samples" / "golden" / f"compare-v{FORMAT_VERSION}.json"
 
 

@@ -24,12 +24,26 @@ GOLDEN = Path(__file__).resolve().parents[3] / "samples" / "golden" / "run-v1.4"
 H = 3_600_000_000_000  # an hour in ns
 
 
-def _looped(tmp_path: Path, slower: float, kv: list[float] | None = None) -> Path:
-    """The golden run's measured rows as loop 0, again as loop 1 with latencies times `slower`."""
+TILES = 160  # 16 measured rows (8 successful) -> 1,280 successful: p99 has 10 values beyond it
+
+
+def _renamed(table: pa.Table, k: int) -> pa.Table:
+    """`table` with request ids of its own (copy `k`)."""
+    for name in ("request_id", "source_request_id"):
+        at = table.schema.get_field_index(name)
+        renamed = pc.binary_join_element_wise(table.column(name), pa.scalar(f"#{k}"), "")
+        table = table.set_column(at, table.schema.field(at), renamed)
+    return table
+
+
+def _looped(tmp_path: Path, slower: float, kv: list[float] | None = None, tiles: int = TILES) -> Path:
+    """The golden run's measured rows, tiled to TILES requests so every percentile has the values it needs,
+    as loop 0, again as loop 1 with latencies times `slower`."""
     run = tmp_path / "soak"
     shutil.copytree(GOLDEN, run)
-    table = pq.read_table(run / RESULTS_FILE)
-    table = table.filter(pc.invert(table.column("warmup")))
+    golden = pq.read_table(run / RESULTS_FILE)
+    golden = golden.filter(pc.invert(golden.column("warmup")))
+    table = golden if tiles == 1 else pa.concat_tables([_renamed(golden, k) for k in range(tiles)])
     again = table
     for name in ("ttft_ns", "ttfo_ns", "e2e_ns"):
         at = again.schema.get_field_index(name)
@@ -102,7 +116,7 @@ def test_headline_reads_the_cells():
 def test_a_soak_run_compared_with_its_trace_judges_arrivals_on_its_first_loop(tmp_path):
     from replayer.compare.sides import compare_sides
 
-    run = load_side(_looped(tmp_path, 1.0), "candidate")
+    run = load_side(_looped(tmp_path, 1.0, tiles=1), "candidate")
     trace = load_side(GOLDEN.parent / "trace-v1.2.parquet", "baseline")
     result = compare_sides(trace, run, CompareConfig())
     arrival = next(c for c in result["fidelity"]["checks"] if c["check"].startswith("arrival-offset"))
