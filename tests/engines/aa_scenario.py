@@ -421,8 +421,8 @@ class PhaseResult:
         return {k: v for k, v in self.__dict__.items() if k not in ("variant", "kind")}
 
     def latency_only(self) -> bool:
-        """Out of the engine test's latency band alone (a perturbed pair on a shared machine), every
-        fidelity figure held."""
+        """Out of the engine test's latency band, or a compare NO-GO, alone (a perturbed pair on a shared
+        machine): every fidelity figure held."""
         fidelity_held = (
             self.anonymize_exit in (None, 0)
             and "replay faithful" in self.compare_verdict
@@ -431,7 +431,7 @@ class PhaseResult:
         )
         low, high = ENGINE_TEST_RATIO_RANGE
         ratios = [self.p50.get(m, (0, 0, float("nan")))[2] for m in ("ttft", "tpot", "e2e")]
-        return fidelity_held and not all(low <= r <= high for r in ratios)
+        return fidelity_held and (self.compare_exit != 0 or not all(low <= r <= high for r in ratios))
 
     def failures(self) -> list[str]:
         """What breaks the A/A promise (empty: "no change")."""
