@@ -16,8 +16,14 @@ $(STAMP): pyproject.toml
 	@test -n "$(PYTHON312)" || { echo "error: Python 3.12 not found (tried python3.12 and pyenv versions)"; exit 2; }
 	test -x $(PY) || $(PYTHON312) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,ray]'
+	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+# Ray (replay --ray) only for the runs that use it: its tests are long runs, and it is the largest install
+RAY_STAMP := $(VENV)/.installed-ray
+$(RAY_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,ray]'
+	touch $(RAY_STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/llmreplay demo --out demo-out
@@ -41,7 +47,7 @@ test-fast: $(STAMP) lint
 # model) and the end-to-end runs of 15 s or more listed in tests/long_runs.py.
 # And Debian's prometheus (with promtool) and prometheus-pushgateway, unpacked into ~/.cache/llmreplay/tools
 # (tests/prometheus_setup.py: apt-get download + dpkg -x, no service) for tests/replayer/observe.
-test-engines: $(STAMP)
+test-engines: $(RAY_STAMP)
 	$(PY) tests/engines/engine_setup.py --allow-missing
 	$(PY) tests/prometheus_setup.py --allow-missing
 	$(VENV)/bin/pytest -q -m engines tests/engines
