@@ -57,7 +57,7 @@ def _export_otlp(otlp: OtlpConfig, run_dir, quiet: bool) -> None:
 
     from llmreplay.otlp.cli import export_after_runs
 
-    export_after_runs(otlp, [Path(run_dir)], quiet)
+    export_after_runs(otlp, [(Path(run_dir), None)], quiet)
 
 
 def _run_on_ray(config, as_json: bool, otlp: OtlpConfig) -> None:

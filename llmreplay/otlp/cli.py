@@ -43,15 +43,18 @@ def export_otlp(run: Path, config: OtlpConfig) -> None:
     click.echo(_sent_line(report, config))
 
 
-def export_after_runs(config: OtlpConfig, runs: Iterable[Path], quiet: bool = False) -> None:
-    """After a replay or a capacity search: each finished run sent; at the first refusal one warning, and stop."""
+def export_after_runs(
+    config: OtlpConfig, runs: Iterable[tuple[Path, str | None]], quiet: bool = False
+) -> None:
+    """After a replay or a capacity search: each finished run (its path, and its name in the run id; None:
+    the directory's) sent; at the first refusal one warning, and stop."""
     from llmreplay.otlp.send import OtlpExportFailed, export_run
 
     if not config.enabled:
         return
-    for run in runs:
+    for run, name in runs:
         try:
-            report = export_run(config, run)
+            report = export_run(config, run, name)
         except (OtlpExportFailed, BadInput) as exc:
             click.echo(
                 f"llmreplay: warning: OTLP export to {config.endpoint} failed: {exc}; the run is complete in "

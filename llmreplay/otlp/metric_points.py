@@ -43,7 +43,7 @@ class Windows:
 
     @property
     def count(self) -> int:
-        return int((self.end_ns - self.start_ns) // self.step_ns) + 1
+        return max(1, -(-(self.end_ns - self.start_ns) // self.step_ns))  # the run's end closes the last one
 
     def time_ns(self, window: int) -> int:
         return min(self.start_ns + (window + 1) * self.step_ns, self.end_ns)

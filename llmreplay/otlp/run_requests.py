@@ -39,8 +39,9 @@ class RunRequests:
         return int(self.end_ns.max())
 
 
-def read_run_requests(run: Path) -> RunRequests:
-    """The run at `run` (a directory or its results.parquet); BadInput when it is not one or sent nothing."""
+def read_run_requests(run: Path, name: str | None = None) -> RunRequests:
+    """The run at `run` (a directory or its results.parquet), called `name` (default: the directory's name)
+    in its run id; BadInput when it is not a run or sent nothing."""
     from llmreplay.errors import BadInput
     from llmreplay.metrics import success_mask
     from llmreplay.run_csv import results_path
@@ -57,7 +58,7 @@ def read_run_requests(run: Path) -> RunRequests:
     end_ns = start_ns + _elapsed_ns(table)
     common = _common_attributes(info)
     keys, attributes = _series(table, common)
-    run_id = _run_id(results.parent, info, int(start_ns.min()))
+    run_id = _run_id(name or results.parent.resolve().name, info, int(start_ns.min()))
     return RunRequests(
         run_id=run_id,
         resource=_resource(run_id, info),
@@ -121,11 +122,11 @@ def _series(table: pa.Table, common: dict) -> tuple[np.ndarray, list[dict[str, s
     return keys, attributes
 
 
-def _run_id(run_dir: Path, info: dict, first_ns: int) -> str:
-    """The run directory's name and its start (UTC, to the second): readable, and two runs never share it."""
+def _run_id(name: str, info: dict, first_ns: int) -> str:
+    """The run's name and its start (UTC, to the second): readable, and two runs never share it."""
     started = info.get("started_unix_ns") or first_ns
     stamp = dt.datetime.fromtimestamp(started / 1e9, dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    return f"{run_dir.resolve().name}-{stamp}"
+    return f"{name}-{stamp}"
 
 
 def _resource(run_id: str, info: dict) -> dict[str, str]:

@@ -43,13 +43,13 @@ def require_sdk() -> None:
             raise BadInput(f"--otlp-endpoint: the OpenTelemetry SDK is not installed ({INSTALL_HINT})")
 
 
-def export_run(config: OtlpConfig, run: Path) -> ExportReport:
+def export_run(config: OtlpConfig, run: Path, name: str | None = None) -> ExportReport:
     """The run at `run` sent: metrics, then spans, each if asked for. A signal the collector refuses (a
     backend that takes only traces answers 404 to metrics) does not stop the other; a collector that cannot
     be reached stops both. OtlpExportFailed names what failed and what was sent."""
     from llmreplay.otlp.run_requests import read_run_requests
 
-    requests = read_run_requests(run)
+    requests = read_run_requests(run, name)
     resource, scope = _resource_and_scope(requests.resource)
     failed: list[str] = []
     points = spans = 0

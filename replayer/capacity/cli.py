@@ -76,12 +76,14 @@ def _run(
 
 
 def _export_otlp(otlp: OtlpConfig, config: CapacityConfig, document: dict) -> None:
-    """--otlp-endpoint: every step's run sent after the search, each its own run id (a refusal: one warning)."""
+    """--otlp-endpoint: every step's run sent after the search, named `<DIR>/<step>` in its run id (as the
+    Prometheus pushes name it); a refusal is one warning."""
     from pathlib import Path
 
     from llmreplay.otlp.cli import export_after_runs
 
-    steps = [
-        Path(config.out_dir) / step["run_dir"] for step in document.get("steps", []) if step.get("run_dir")
-    ]
-    export_after_runs(otlp, steps, config.replay.quiet)
+    out = Path(config.out_dir)
+    steps = [step["run_dir"] for step in document.get("steps", []) if step.get("run_dir")]
+    export_after_runs(
+        otlp, [(out / step, f"{out.resolve().name}/{Path(step).name}") for step in steps], config.replay.quiet
+    )

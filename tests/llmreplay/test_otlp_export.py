@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +23,7 @@ from llmreplay.cli import cli
 from llmreplay.errors import BadInput
 from llmreplay.otlp import semconv
 from llmreplay.otlp.config import parse_endpoint
-from llmreplay.otlp.metric_points import Samples, Windows, chunk_gaps, histogram_points
+from llmreplay.otlp.metric_points import Samples, Windows, chunk_gaps, histogram_points, windows_of
 
 SECRET = "Bearer otlp-test-secret-7f3a"
 S = 1_000_000_000
@@ -45,6 +46,16 @@ def test_cumulative_points_count_each_value_in_its_upper_inclusive_bucket_from_i
     assert {p.start_time_unix_nano for p in points} == {100}
     assert a[-1].sum == pytest.approx(0.525) and (a[-1].min, a[-1].max) == (0.01, 0.5)
     assert (b.count, b.bucket_counts, b.time_unix_nano) == (1, [0, 1, 0, 0], 100 + 2 * S + 5)
+
+
+def test_points_come_every_10s_or_coarser_past_720_and_a_given_step_is_held_to_a_bound():
+    hour = 3600 * S
+    assert windows_of(SimpleNamespace(first_ns=0, last_ns=hour), None).step_ns == 10 * S
+    three_hours = windows_of(SimpleNamespace(first_ns=0, last_ns=3 * hour), None)
+    assert (three_hours.step_ns, three_hours.count) == (15 * S, 720)  # whole seconds
+    assert windows_of(SimpleNamespace(first_ns=5, last_ns=5), 1.0).count == 1  # one request: one point
+    with pytest.raises(BadInput, match=r"--otlp-step 0.1s: .*36000 points a series \(at most 20000\)"):
+        windows_of(SimpleNamespace(first_ns=0, last_ns=hour), 0.1)
 
 
 def test_chunk_gaps_stay_within_a_row():
