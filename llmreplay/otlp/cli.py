@@ -55,9 +55,10 @@ def export_after_runs(
     for run, name in runs:
         try:
             report = export_run(config, run, name)
-        except (OtlpExportFailed, BadInput) as exc:
+        except Exception as exc:  # noqa: BLE001 (after a run, fail open: the run on disk decides the exit status)
+            reason = str(exc) if isinstance(exc, OtlpExportFailed | BadInput) else _unexpected(exc)
             click.echo(
-                f"llmreplay: warning: OTLP export to {config.endpoint} failed: {exc}; the run is complete in "
+                f"llmreplay: warning: OTLP export to {config.endpoint} failed: {reason}; the run is complete in "
                 f"{run} (send it again with `llmreplay export otlp {run} --otlp-endpoint {config.endpoint}`)",
                 err=True,
             )
@@ -73,3 +74,8 @@ def _sent_line(report, config: OtlpConfig) -> str:
     return (
         f"OTLP: sent run {report.run_id} ({report.requests} requests) to {config.endpoint}: {', '.join(sent)}"
     )
+
+
+def _unexpected(exc: Exception) -> str:
+    lines = str(exc).splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

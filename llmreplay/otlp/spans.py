@@ -1,15 +1,19 @@
-"""One span per sent request, through the SDK's tracer with the run's own start and end times.
+"""One span per sent request: the SDK's ReadableSpan with the run's own start and end times, sent by the
+SDK's OTLP exporter BATCH at a time, stopping at the first batch the collector refuses.
 
-The SDK's spans take explicit start_time/end_time, so the real tracer is used; a synchronous processor
-hands them to the exporter in batches of BATCH (BatchSpanProcessor would drop past its queue of 2048)
-and stops at the first batch the collector refuses.
+Built directly rather than through a tracer: a tracer's sampling and attribute limits are of no use to
+spans that already happened, and cost a third of the time (docs/benchmarks.md, OTLP export).
 """
 
 from __future__ import annotations
 
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from dataclasses import dataclass
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from llmreplay.otlp import semconv
 from llmreplay.otlp.run_requests import RunRequests
@@ -21,60 +25,60 @@ SPAN_COLUMNS = (
     "dispatch_lag_ns", "warmup",
 )  # fmt: skip
 G = semconv.SPAN
+UNSET = Status(StatusCode.UNSET)
+SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
-class BatchExport(SpanProcessor):
-    """A SpanProcessor: ended spans go to `exporter` BATCH at a time; `failed` after a refused batch."""
+class RunResource(Resource):
+    """The run's Resource with its hash kept: the SDK's encoder hashes every span's resource to group
+    them, and Resource hashes by dumping its attributes to JSON each time (a quarter of the encoding)."""
 
-    def __init__(self, exporter):
-        self.exporter, self.batch, self.sent, self.failed = exporter, [], 0, False
+    def __init__(self, attributes, schema_url: str | None = None):
+        super().__init__(attributes, schema_url)
+        self._kept_hash = super().__hash__()
 
-    def on_start(self, span, parent_context=None) -> None:
-        pass
-
-    def on_end(self, span) -> None:
-        self.batch.append(span)
-        if len(self.batch) >= BATCH:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.batch and not self.failed:
-            self.failed = self.exporter.export(self.batch) is not SpanExportResult.SUCCESS
-            self.sent += 0 if self.failed else len(self.batch)
-        self.batch = []
-
-    def shutdown(self) -> None:
-        self.flush()
-        self.exporter.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        self.flush()
-        return not self.failed
+    def __hash__(self) -> int:
+        return self._kept_hash
 
 
-def send_spans(run: RunRequests, exporter, resource, scope) -> BatchExport:
-    """Every sent request of `run` as a CLIENT span; stops early when the collector refuses a batch."""
-    processor = BatchExport(exporter)
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(processor)
-    tracer = provider.get_tracer(scope.name, scope.version, scope.schema_url, scope.attributes)
+@dataclass(slots=True)
+class SpansSent:
+    sent: int = 0
+    failed: bool = False
+
+
+def send_spans(run: RunRequests, exporter, resource: Resource, scope) -> SpansSent:
+    """Every sent request of `run` as a CLIENT span in its own trace; stops when the collector refuses a batch."""
+    resource = RunResource(resource.attributes, resource.schema_url)
+    ids, done = RandomIdGenerator(), SpansSent()
     names = [_span_name(attrs) for attrs in run.series_attributes]
     starts, ends, series = run.start_ns.tolist(), run.end_ns.tolist(), run.series.tolist()
     first = 0
     for batch in run.table.select(SPAN_COLUMNS).to_batches(max_chunksize=BATCH):  # dicts a batch at a time
+        spans = []
         for i, row in enumerate(batch.to_pylist(), start=first):
-            attributes = {**run.series_attributes[series[i]], **span_attributes(row)}
-            span = tracer.start_span(
-                names[series[i]], kind=SpanKind.CLIENT, attributes=attributes, start_time=starts[i]
+            context = SpanContext(ids.generate_trace_id(), ids.generate_span_id(), False, SAMPLED)
+            error = row["error_kind"]
+            spans.append(
+                ReadableSpan(
+                    names[series[i]],
+                    context,
+                    resource=resource,
+                    attributes={**run.series_attributes[series[i]], **span_attributes(row)},
+                    kind=SpanKind.CLIENT,
+                    status=UNSET if error is None else Status(StatusCode.ERROR, error),
+                    start_time=starts[i],
+                    end_time=ends[i],
+                    instrumentation_scope=scope,
+                )
             )
-            if row["error_kind"] is not None:
-                span.set_status(Status(StatusCode.ERROR, row["error_kind"]))
-            span.end(end_time=ends[i])
         first += batch.num_rows
-        if processor.failed:
+        if exporter.export(spans) is not SpanExportResult.SUCCESS:
+            done.failed = True
             break
-    provider.shutdown()
-    return processor
+        done.sent += len(spans)
+    exporter.shutdown()
+    return done
 
 
 def span_attributes(row: dict) -> dict:
