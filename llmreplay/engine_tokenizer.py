@@ -1,8 +1,8 @@
 """The target engine's own tokenizer and chat template, asked over its HTTP API before the clock.
 
-Two dialects: vLLM/SGLang (`/tokenize` with `prompt` or chat `messages`, `/detokenize`) and
-llama.cpp (`/tokenize` with `content`, `/apply-template`, `/detokenize`). Loopback or staging
-only; every call is bounded by a timeout and failures are BadInput naming the URL.
+Each engine's spelling of /tokenize is its row's `tokenize` (llmreplay.engines: vLLM's takes `prompt`
+or chat `messages`; llama.cpp's `content`, with `/apply-template`). Loopback or staging only; every call
+is bounded by a timeout and failures are BadInput naming the URL.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ import time
 import urllib.parse
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from llmreplay.bounded_read import read_whole
+from llmreplay.engines import TOKENIZE_SPELLINGS, TokenizeSpelling
 from llmreplay.errors import BadInput
-from llmreplay.length_calibration import SYSTEM_ROLES, LengthModel, LengthSample, fit_lengths
 from llmreplay.probe_ids import probe_headers
 from llmreplay.redaction import scrubbed_excerpt, secret_values
 
@@ -33,56 +32,28 @@ _SPACE_MARKS = ("Ġ", "▁")
 SPEC_PREFIX = "engine:"  # how byte-level and SentencePiece vocabularies spell a leading space
 
 
-@dataclass(frozen=True)
-class Dialect:
-    """How one engine family spells tokenize, detokenize and chat-template calls."""
-
-    name: str
-    encode_body: callable  # (model, text, pieces) -> body
-    encode_ids: callable  # response -> ids
-    encode_pieces: callable  # response -> [(id, text of the token)] or None
-    decode_body: callable  # (model, ids) -> body
-    decode_text: callable  # response -> text
-
-
-def _vllm_pieces(answer: dict):
-    strs = answer.get("token_strs")
-    if strs is None:
-        return None
-    return [(i, _leading_space(s)) for i, s in zip(answer["tokens"], strs, strict=True)]
-
-
 def _leading_space(raw: str) -> str:
     return " " + raw[1:] if raw[:1] in _SPACE_MARKS else raw
 
 
-DIALECTS = {
-    "vllm": Dialect(
-        "vllm",
-        lambda model, text, pieces: {
-            "model": model,
-            "prompt": text,
-            "add_special_tokens": False,
-            "return_token_strs": pieces,
-        },
-        lambda answer: answer["tokens"],
-        _vllm_pieces,
-        lambda model, ids: {"model": model, "tokens": list(ids)},
-        lambda answer: answer["prompt"],
-    ),
-    "llama.cpp": Dialect(
-        "llama.cpp",
-        lambda model, text, pieces: {"content": text, "add_special": False, "with_pieces": pieces},
-        lambda answer: [t["id"] if isinstance(t, dict) else t for t in answer["tokens"]],
-        lambda answer: (
-            [(t["id"], t["piece"]) for t in answer["tokens"]]
-            if answer["tokens"] and isinstance(answer["tokens"][0], dict)
-            else None
-        ),
-        lambda model, ids: {"tokens": list(ids)},
-        lambda answer: answer["content"],
-    ),
-}
+def _encode_body(spelling: TokenizeSpelling, model: str, text: str, pieces: bool, special: bool = False) -> dict:
+    body = {"model": model} if spelling.model_in_body else {}
+    return {**body, spelling.text_field: text, spelling.special_field: special, spelling.pieces_field: pieces}
+
+
+def _ids(answer: dict) -> list[int]:
+    return [t["id"] if isinstance(t, dict) else t for t in answer["tokens"]]
+
+
+def _pieces(spelling: TokenizeSpelling, answer: dict) -> list[tuple[int, str]] | None:
+    """[(id, text of the token)] when the answer spells them, else None."""
+    tokens = answer["tokens"]
+    if spelling.pieces_at is not None:
+        texts = answer.get(spelling.pieces_at)
+        return None if texts is None else [(i, _leading_space(t)) for i, t in zip(tokens, texts, strict=True)]
+    if tokens and isinstance(tokens[0], dict):
+        return [(t["id"], t["piece"]) for t in tokens]
+    return None
 
 
 class EngineTokenizer:
@@ -97,19 +68,19 @@ class EngineTokenizer:
         timeout_s: float = TIMEOUT_S,
     ):
         self._http = JsonHttp(base_url, api_key, timeout_s)
-        self.base_url, self.model, self.dialect = base_url, model, DIALECTS[dialect]
-        self.probe_ids = self.encode(_PROBE)  # also what tells that the dialect is spoken here
+        self.base_url, self.model, self.spelling = base_url, model, TOKENIZE_SPELLINGS[dialect]
+        self.probe_ids = self.encode(_PROBE)  # also what tells that the spelling is spoken here
         self.id = f"engine:{dialect}:{model}#{self._fingerprint()}"
 
     # -- the Tokenizer protocol ---------------------------------------------------------------
 
     def encode(self, text: str) -> list[int]:
-        return self.dialect.encode_ids(
-            self._post("/tokenize", self.dialect.encode_body(self.model, text, False))
-        )
+        return _ids(self._post("/tokenize", _encode_body(self.spelling, self.model, text, False)))
 
     def decode(self, ids: list[int]) -> str:
-        return self.dialect.decode_text(self._post("/detokenize", self.dialect.decode_body(self.model, ids)))
+        body = {"model": self.model} if self.spelling.model_in_body else {}
+        answer = self._post("/detokenize", {**body, "tokens": list(ids)})
+        return answer[self.spelling.detokenized_at]
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
@@ -135,9 +106,7 @@ class EngineTokenizer:
 
     def _single_in_chunk(self, words: Sequence[str]) -> dict[str, int]:
         text = "".join(" " + w for w in words)
-        pieces = self.dialect.encode_pieces(
-            self._post("/tokenize", self.dialect.encode_body(self.model, text, True))
-        )
+        pieces = _pieces(self.spelling, self._post("/tokenize", _encode_body(self.spelling, self.model, text, True)))
         if pieces is None:
             return {
                 " " + w: ids[0]
@@ -158,30 +127,26 @@ class EngineTokenizer:
         body = {"model": self.model, "messages": messages, "add_generation_prompt": True}
         if tools:
             body["tools"] = tools
-        if self.dialect.name == "vllm":
+        if self.spelling.chat_template == "messages":
             return self._post("/tokenize", body)["count"]
         prompt = self._post("/apply-template", body)["prompt"]
-        answer = self._post("/tokenize", {"content": prompt, "add_special": True, "parse_special": True})
-        return len(answer["tokens"])
+        text = _encode_body(self.spelling, self.model, prompt, False, special=True)
+        return len(_ids(self._post("/tokenize", {**text, "parse_special": True})))
 
     def count_prompt(self, text: str) -> int:
         """The prompt tokens the engine counts for a completions prompt (BOS and the like included)."""
-        if self.dialect.name == "vllm":
-            return self._post("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": True})[
-                "count"
-            ]
-        return len(self._post("/tokenize", {"content": text, "add_special": True})["tokens"])
+        return len(_ids(self._post("/tokenize", _encode_body(self.spelling, self.model, text, False, special=True))))
 
     @property
     def spec(self) -> str:
         """The `--tokenizer` spelling of this tokenizer (llmreplay.tokenizers.load_tokenizer reads it)."""
-        return f"{SPEC_PREFIX}{self.dialect.name}:{self.model}@{self.base_url}"
+        return f"{SPEC_PREFIX}{self.spelling.spec_name}:{self.model}@{self.base_url}"
 
     # -- HTTP ----------------------------------------------------------------------------------
 
     def _fingerprint(self) -> str:
         return hashlib.blake2b(
-            json.dumps([self.dialect.name, self.model, self.probe_ids]).encode(), digest_size=6
+            json.dumps([self.spelling.spec_name, self.model, self.probe_ids]).encode(), digest_size=6
         ).hexdigest()
 
     def _post(self, path: str, body: dict) -> dict:
@@ -253,9 +218,10 @@ def parse_engine_spec(spec: str) -> tuple[str, str, str]:
     """`engine:DIALECT:MODEL@BASE_URL` -> (dialect, model, base_url); BadInput when malformed."""
     dialect, _, rest = spec.removeprefix(SPEC_PREFIX).partition(":")
     model, _, base_url = rest.rpartition("@")
-    if dialect not in DIALECTS or not model or not base_url:
+    if dialect not in TOKENIZE_SPELLINGS or not model or not base_url:
         raise BadInput(
-            f"--tokenizer {spec}: expected engine:DIALECT:MODEL@URL with DIALECT one of {', '.join(DIALECTS)}"
+            f"--tokenizer {spec}: expected engine:DIALECT:MODEL@URL with DIALECT one of "
+            f"{', '.join(TOKENIZE_SPELLINGS)}"
         )
     return dialect, model, base_url
 
@@ -267,8 +233,8 @@ def from_spec(spec: str, api_key: str | None = None) -> EngineTokenizer:
 
 
 def detect(base_url: str, model: str, api_key: str | None = None) -> EngineTokenizer | None:
-    """The engine's tokenizer in the first dialect whose /tokenize answers, or None (it has none)."""
-    for name in DIALECTS:
+    """The engine's tokenizer in the first spelling whose /tokenize answers, or None (it has none)."""
+    for name in TOKENIZE_SPELLINGS:
         try:
             tokenizer = EngineTokenizer(base_url, model, name, api_key, DETECT_TIMEOUT_S)
         except (BadInput, KeyError, TypeError):
@@ -276,172 +242,3 @@ def detect(base_url: str, model: str, api_key: str | None = None) -> EngineToken
         if tokenizer.probe_ids:
             return tokenizer
     return None
-
-
-CALIBRATED_PREFIX = "calibrated:"
-Calibration = LengthModel  # the target's count as a function of a local tokenizer's view
-# The probe set: every layout at every length (local tokens of all texts), plus tools on a few; each
-# probe asks for one output token. Bounded by PROBE_BUDGET_S in all; MIN_PROBES answers are needed.
-PROBE_LAYOUTS = (
-    ("user",),
-    ("system", "user"),
-    ("user", "assistant", "user"),
-    ("system", "user", "assistant", "user", "assistant", "user"),
-)
-PROBE_LENGTHS = (16, 48, 160, 512, 1536)
-PROBE_TOOL_CASES = ((("user",), 48), (("user",), 512), (("system", "user"), 160), (("system", "user"), 1536))
-PROBE_WORKERS = 4
-PROBE_BUDGET_S = 60.0
-MIN_PROBES = 8
-
-
-@dataclass(frozen=True)
-class Probe:
-    roles: tuple[str, ...]
-    tokens: int  # local tokens of all its texts together
-    tools: bool
-
-
-def probe_plan() -> list[Probe]:
-    plan = [Probe(roles, n, False) for n in PROBE_LENGTHS for roles in PROBE_LAYOUTS]
-    return plan + [Probe(roles, n, True) for roles, n in PROBE_TOOL_CASES]
-
-
-def probe_body(probe: Probe, index: int, text) -> tuple[list[dict], list[dict] | None]:
-    """(messages, tools) of a probe: its tokens split unevenly over the messages (and a tool's
-    description), each text its own (no prefix shared with another probe)."""
-    parts = len(probe.roles) + probe.tools
-    weights = [1 + (index + i) % 3 for i in range(parts)]
-    sizes = [max(1, probe.tokens * w // sum(weights)) for w in weights]
-    messages = [
-        {"role": role, "content": text(n, f"probe{index}/{i}".encode())}
-        for i, (role, n) in enumerate(zip(probe.roles, sizes, strict=False))
-    ]
-    tools = None
-    if probe.tools:
-        tools = [
-            {
-                "type": "function",
-                "function": {
-                    "name": "tool_0",
-                    "description": text(sizes[-1], f"probe{index}/tool".encode()),
-                    "parameters": {"type": "object", "properties": {"input": {"type": "string"}}},
-                },
-            }
-        ]
-    return messages, tools
-
-
-def calibrate(base_url: str, model: str, local, api_key: str | None = None) -> Calibration:
-    """The probe set (max_tokens 1) against a target without /tokenize, its count fitted on the local
-    view (llmreplay.length_calibration). BadInput when fewer than MIN_PROBES probes were answered."""
-    from llmreplay.exact_text import ExactText
-
-    http_ = JsonHttp(base_url, api_key)
-    text = ExactText(local).text
-    deadline = time.monotonic() + PROBE_BUDGET_S
-    failures: list[str] = []
-
-    def measure(item: tuple[int, Probe]) -> LengthSample | None:
-        index, probe = item
-        if time.monotonic() > deadline:
-            return None
-        messages, tools = probe_body(probe, index, text)
-        body = {"model": model, "messages": messages, "max_tokens": 1}
-        if tools:
-            body["tools"] = tools
-        try:
-            answer = http_.post("/v1/chat/completions", body, purpose="calibrate")
-        except BadInput as exc:  # one probe too long for the target, say: the others still count
-            failures.append(str(exc))
-            return None
-        try:
-            counted = int(answer["usage"]["prompt_tokens"])
-        except (KeyError, TypeError, ValueError):
-            failures.append(f"{base_url}: a probe's answer has no usage.prompt_tokens")
-            return None
-        return LengthSample(*_local_view(local, messages, tools), counted)
-
-    with ThreadPoolExecutor(PROBE_WORKERS) as pool:
-        samples = [s for s in pool.map(measure, enumerate(probe_plan())) if s is not None]
-    if len(samples) < MIN_PROBES:
-        why = failures[0] if failures else f"only {len(samples)} answered within {PROBE_BUDGET_S:g} s"
-        raise BadInput(why if why.endswith("usage.prompt_tokens") else f"length calibration: {why}")
-    return fit_lengths(samples)
-
-
-def _local_view(local, messages, tools):
-    texts = [str(m.get("content") or "") for m in messages]
-    if tools:
-        texts.append(json.dumps(tools))
-    system = any(m.get("role") in SYSTEM_ROLES for m in messages)
-    return len(messages), system, bool(tools), sum(local.count(t) for t in texts), sum(map(len, texts))
-
-
-class CalibratedTokenizer:
-    """A local tokenizer whose request counts are the target's as fitted (approximate, never exact)."""
-
-    def __init__(self, local, calibration: Calibration, local_spec: str | None):
-        self.local, self.calibration, self._local_spec = local, calibration, local_spec
-        self.id = f"{CALIBRATED_PREFIX}{local.id}"
-        self.encode, self.decode, self.count = local.encode, local.decode, local.count
-        self.encode_batch, self.vocab_size = local.encode_batch, local.vocab_size
-
-    def count_chat(self, messages: list[dict], tools: list[dict] | None = None) -> int:
-        return round(self.calibration.predict(*_local_view(self.local, messages, tools)))
-
-    def count_prompt(self, text: str) -> int:
-        return round(self.calibration.predict(1, False, False, self.local.count(text), len(text)))
-
-    @property
-    def step_rate(self) -> float:
-        """Target tokens per local token added to synthesized text (the prompt fitter's step size)."""
-        return self.calibration.step_rate
-
-    @property
-    def spec(self) -> str:
-        cal = self.calibration
-        numbers = ",".join(repr(float(getattr(cal, t))) for t in SPEC_TERMS)
-        return f"{CALIBRATED_PREFIX}{numbers}:{self._local_spec or ''}"
-
-
-SPEC_TERMS = (
-    "per_token",
-    "per_request",
-    "per_message",
-    "per_system",
-    "per_tools",
-    "per_char",
-    "chars_per_token",
-)
-
-
-def parse_calibrated_spec(spec: str) -> tuple[Calibration, str | None]:
-    """`calibrated:A,B,C,D,E,F:LOCAL` (SPEC_TERMS in order) or the older `calibrated:A:B:C:LOCAL`
-    (per token, per request, per message) -> (its calibration, the local spec or None)."""
-    from llmreplay.tokenizers import parse_tokenizer_spec
-
-    rest = spec.removeprefix(CALIBRATED_PREFIX)
-    try:
-        head, _, tail = rest.partition(":")
-        if "," in head:
-            values = [float(v) for v in head.split(",")]
-            if len(values) != len(SPEC_TERMS):
-                raise ValueError
-            calibration, local_spec = Calibration(**dict(zip(SPEC_TERMS, values, strict=True))), tail
-        else:
-            a, b, c, local_spec = rest.split(":", 3)
-            calibration = Calibration(per_token=float(a), per_request=float(b), per_message=float(c))
-    except ValueError:
-        raise BadInput(
-            f"--tokenizer {spec}: expected calibrated:{','.join(t.upper() for t in SPEC_TERMS)}:LOCAL"
-        ) from None
-    parse_tokenizer_spec(local_spec or None)
-    return calibration, local_spec or None
-
-
-def calibrated_from_spec(spec: str) -> CalibratedTokenizer:
-    from llmreplay.tokenizers import load_tokenizer
-
-    calibration, local_spec = parse_calibrated_spec(spec)
-    return CalibratedTokenizer(load_tokenizer(local_spec), calibration, local_spec)

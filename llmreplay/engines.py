@@ -1,5 +1,5 @@
 """The engine table: one row per serving engine — how to recognise it, how to force its output
-length, where it reports cached tokens and what its Prometheus names are. Adding an engine is adding
+length, where it reports cached tokens, what its Prometheus names are and how it spells /tokenize. Adding an engine is adding
 a row (and its test in tests/llmreplay/test_engines.py). Standard library only.
 """
 
@@ -45,6 +45,21 @@ class PrometheusNames:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenizeSpelling:
+    """How the engine spells /tokenize and /detokenize (llmreplay.engine_tokenizer speaks it)."""
+
+    spec_name: str  # DIALECT in `--tokenizer engine:DIALECT:MODEL@URL` (as traces already store it)
+    text_field: str  # the body field holding the text to tokenize
+    special_field: str  # the body flag adding BOS and the like
+    pieces_field: str  # the body flag asking for each token's text too
+    model_in_body: bool  # the model is named in every body
+    pieces_at: str | None  # answer key of the token texts beside `tokens`; None: tokens are {id, piece}
+    detokenized_at: str  # answer key of /detokenize's text
+    chat_template: str  # "messages": /tokenize takes chat messages and answers `count`;
+    # "apply-template": /apply-template renders them, then /tokenize counts the text with specials parsed
+
+
+@dataclass(frozen=True, slots=True)
 class Engine:
     name: str  # the --engine value and run.json's `engine`
     title: str
@@ -70,6 +85,7 @@ class Engine:
     version: Lookup | None = None  # where it states its version (replayer.preflight)
     context_tokens: Lookup | None = None  # where it states its context length, prompt + output
     refusal_fixes: tuple[tuple[str, str], ...] = ()  # (feature refused by default, server flag to fix)
+    tokenize: TokenizeSpelling | None = None  # its /tokenize; None: it has none (or not verified)
 
     @property
     def forces_length(self) -> bool:
@@ -113,6 +129,9 @@ ENGINES: tuple[Engine, ...] = (
         version=Lookup("/version", ("version",)),
         context_tokens=Lookup("/v1/models", ("data", 0, "max_model_len")),
         refusal_fixes=(("tools", "--enable-auto-tool-choice --tool-call-parser <parser>"),),
+        tokenize=TokenizeSpelling(
+            "vllm", "prompt", "add_special_tokens", "return_token_strs", True, "token_strs", "prompt", "messages"
+        ),
     ),
     Engine(
         "sglang",
@@ -179,6 +198,9 @@ ENGINES: tuple[Engine, ...] = (
         # json_schema with ignore_eos: HTTP 500 "Unexpected empty grammar stack after accepting piece"
         # once the grammar completes (tests/engines/test_engine_recorded_path.py)
         forces_length_under_grammar=False,
+        tokenize=TokenizeSpelling(
+            "llama.cpp", "content", "add_special", "with_pieces", False, None, "content", "apply-template"
+        ),
     ),
     Engine(
         "ollama",
@@ -207,4 +229,5 @@ ENGINES: tuple[Engine, ...] = (
 )
 
 DEFAULT = ENGINES[-1]  # what an unrecognised server is driven as
+TOKENIZE_SPELLINGS = {e.tokenize.spec_name: e.tokenize for e in ENGINES if e.tokenize}  # tried in this order
 BY_NAME = {engine.name: engine for engine in ENGINES}

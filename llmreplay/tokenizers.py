@@ -130,9 +130,10 @@ def parse_tokenizer_spec(spec: str | None) -> tuple[str, str]:
         parse_engine_spec(spec)
         return "engine", spec
     if spec.startswith("calibrated:"):
-        from llmreplay.engine_tokenizer import parse_calibrated_spec
+        from llmreplay.calibrated_tokenizer import parse_calibrated_spec
 
-        parse_calibrated_spec(spec)
+        _, local_spec = parse_calibrated_spec(spec)
+        parse_tokenizer_spec(local_spec)
         return "calibrated", spec
     if spec.startswith("tiktoken:") and len(spec) > len("tiktoken:"):
         return "tiktoken", spec.removeprefix("tiktoken:")
@@ -166,9 +167,10 @@ def _load_engine(spec: str) -> Tokenizer:
 
 
 def _load_calibrated(spec: str) -> Tokenizer:
-    from llmreplay.engine_tokenizer import calibrated_from_spec
+    from llmreplay.calibrated_tokenizer import CalibratedTokenizer, parse_calibrated_spec
 
-    return calibrated_from_spec(spec)
+    calibration, local_spec = parse_calibrated_spec(spec)
+    return CalibratedTokenizer(load_tokenizer(local_spec), calibration, local_spec)
 
 
 def _load_hf(path: str) -> HuggingFaceTokenizer:

@@ -1,7 +1,7 @@
 """Which tokenizer spells the replay's prompts: the target's own when it can be asked, never a silent guess.
 
 `auto` (the default) uses the engine's /tokenize (exact, template included); without one, a
-calibration from `usage.prompt_tokens` of a probe set (llmreplay.engine_tokenizer.calibrate; approximate,
+calibration from `usage.prompt_tokens` of a probe set (llmreplay.calibrated_tokenizer.calibrate; approximate,
 its error on the probes stated, and every request's measured after the run). An explicit
 `--tokenizer` is calibrated the same way. The choice and how it was made go to run.json.
 """
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from llmreplay.engine_tokenizer import CalibratedTokenizer, calibrate, detect
+from llmreplay.calibrated_tokenizer import CalibratedTokenizer, calibrate
+from llmreplay.engine_tokenizer import detect
 from llmreplay.errors import BadInput
+from llmreplay.exact_text import ExactText
 from llmreplay.tokenizers import DEFAULT_TOKENIZER, load_tokenizer
 
 AUTO = "auto"
@@ -45,7 +47,7 @@ def engine_tokenizer_choice(
     engine = detect(base_url, model, api_key) if model else None
     if engine is None:
         return None
-    return TokenizerChoice(engine.spec, "engine", True, f"the target's own /tokenize ({engine.dialect.name})")
+    return TokenizerChoice(engine.spec, "engine", True, f"the target's own /tokenize ({engine.spelling.spec_name})")
 
 
 def choose_tokenizer(
@@ -59,7 +61,7 @@ def choose_tokenizer(
     name = local_spec or DEFAULT_TOKENIZER
     local = load_tokenizer(local_spec)
     try:
-        calibration = calibrate(base_url, model, local, api_key) if model else None
+        calibration = calibrate(base_url, model, local, ExactText(local).text, api_key) if model else None
     except BadInput as exc:
         calibration, why = None, str(exc)
     else:

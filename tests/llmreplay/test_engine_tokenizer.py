@@ -11,14 +11,8 @@ import urllib.request
 
 import pytest
 
-from llmreplay.engine_tokenizer import (
-    EngineTokenizer,
-    JsonHttp,
-    calibrate,
-    calibrated_from_spec,
-    detect,
-    from_spec,
-)
+from llmreplay.calibrated_tokenizer import calibrate
+from llmreplay.engine_tokenizer import EngineTokenizer, JsonHttp, detect, from_spec
 from llmreplay.errors import BadInput
 from llmreplay.exact_text import ExactText
 from llmreplay.tokenizers import load_tokenizer
@@ -43,7 +37,7 @@ def _usage(url: str, messages: list[dict]) -> int:
 
 def test_the_sims_tokenize_counts_as_its_usage(sim_url):
     engine = detect(sim_url, "sim-model")
-    assert engine.dialect.name == "vllm"
+    assert engine.spelling.spec_name == "vllm"
     assert from_spec(engine.spec).id == engine.id
     text = ExactText(engine).text
     for n in (1, 40, 700):
@@ -63,10 +57,10 @@ def test_bulk_single_token_words_agree_with_the_local_tokenizer(sim_url):
 
 def test_calibration_from_usage_finds_the_sims_count(sim_url):
     local = load_tokenizer()
-    calibration = calibrate(sim_url, "sim-model", local)
+    calibration = calibrate(sim_url, "sim-model", local, ExactText(local).text)
     assert calibration.per_token == pytest.approx(1.0)
     assert calibration.per_request == pytest.approx(0.0, abs=1e-9)
-    tokenizer = calibrated_from_spec(f"calibrated:{calibration.per_token!r}:0.0:0.0:")
+    tokenizer = load_tokenizer(f"calibrated:{calibration.per_token!r}:0.0:0.0:")
     text = ExactText(local).text(321, b"x")
     assert tokenizer.count_chat([{"role": "user", "content": text}]) == 321
 
@@ -161,4 +155,58 @@ def test_an_answer_echoing_the_api_key_never_shows_it(answering):
 def test_a_calibration_probe_without_usage_is_one_line(answering):
     url = answering(200, lambda headers: {"choices": []})
     with pytest.raises(BadInput, match=r"a probe's answer has no usage.prompt_tokens$"):
-        calibrate(url, "m", load_tokenizer())
+        calibrate(url, "m", load_tokenizer(), ExactText(load_tokenizer()).text)
+
+
+def test_an_engine_with_its_own_tokenize_spelling_is_one_row(monkeypatch):
+    """A toy engine spelling /tokenize its own way (`text`, `special`, pieces as {id, piece}, a rendered
+    template): its row's TokenizeSpelling is all EngineTokenizer needs, with no branch on its name."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import llmreplay.engine_tokenizer as engine_tokenizer
+    from llmreplay.engines import TokenizeSpelling
+
+    local = load_tokenizer()
+    seen = []
+
+    class Toy(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            seen.append((self.path, sorted(body)))
+            if self.path == "/tokenize":
+                ids = ([1] if body["special"] else []) + local.encode(body["text"])
+                tokens = [{"id": i, "piece": local.decode([i])} for i in ids] if body["pieces"] else ids
+                answer = {"tokens": tokens}
+            elif self.path == "/detokenize":
+                answer = {"text": local.decode(body["tokens"])}
+            else:  # /apply-template
+                answer = {"prompt": "".join(f"<{m['role']}>{m['content']}" for m in body["messages"])}
+            data = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Toy)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    toy = TokenizeSpelling("toy", "text", "special", "pieces", False, None, "text", "apply-template")
+    monkeypatch.setitem(engine_tokenizer.TOKENIZE_SPELLINGS, "toy", toy)
+    try:
+        engine = from_spec(f"engine:toy:m@{url}")
+        text = " the quick brown fox"
+        assert engine.encode(text) == local.encode(text) and engine.decode(local.encode(text)) == text
+        assert engine.count_prompt(text) == local.count(text) + 1  # its BOS
+        messages = [{"role": "user", "content": "hello there"}]
+        assert engine.count_chat(messages) == 1 + local.count("<user>hello there")
+        assert engine.single_token_words(["quick", "brown"]) == {
+            " " + w: local.encode(" " + w)[0] for w in ("quick", "brown")
+        }
+        assert engine.spec == f"engine:toy:m@{url}"
+        assert ("/apply-template", ["add_generation_prompt", "messages", "model"]) in seen
+    finally:
+        server.shutdown()
+        server.server_close()

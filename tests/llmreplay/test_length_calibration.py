@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llmreplay.engine_tokenizer import CalibratedTokenizer, Calibration, parse_calibrated_spec, probe_plan
+from llmreplay.calibrated_tokenizer import CalibratedTokenizer, Calibration, parse_calibrated_spec, probe_plan
 from llmreplay.length_calibration import LengthSample, fit_lengths, least_squares
 from llmreplay.probe_ids import probe_headers, probe_request_id
 from replayer.plan.prompt_fit import PromptFitter

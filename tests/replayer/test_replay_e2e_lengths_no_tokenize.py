@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from replay_helpers import T0_US, results, run_info, run_replay
 
-from llmreplay.engine_tokenizer import probe_plan
+from llmreplay.calibrated_tokenizer import probe_plan
 from llmreplay.probe_ids import PROBE_ID_PREFIX
 from llmreplay.trace_format import MessageShape, TraceMeta, TraceRecord
 from llmreplay.trace_io import write_trace
