@@ -68,11 +68,12 @@ def export_after_runs(
 
 
 def _sent_line(report, config: OtlpConfig) -> str:
-    sent = [f"{report.metric_points} metric points"] * config.otlp_metrics + [
-        f"{report.spans} spans"
-    ] * config.otlp_spans
+    sent = [f"{report.metric_points} metric points"] if config.otlp_metrics else []
+    sent += [f"{report.spans} spans"] if config.otlp_spans else []
+    unsent = f"; {report.not_sent} never sent, in neither" if report.not_sent else ""
     return (
-        f"OTLP: sent run {report.run_id} ({report.requests} requests) to {config.endpoint}: {', '.join(sent)}"
+        f"OTLP: sent run {report.run_id} ({report.requests} requests{unsent}) to {config.endpoint}: "
+        f"{', '.join(sent)}"
     )
 
 
