@@ -58,8 +58,9 @@ def _call(client: openai.OpenAI, call: Call) -> Call:
     return call
 
 
-def _in_conversation(conversation: str | None):
-    return context.attach(baggage.set_baggage(CONVERSATION_KEY, conversation)) if conversation else None
+def _in_conversation(conversation: str):
+    """Spans started until the token is detached carry the id (BaggageSpanProcessor copies it)."""
+    return context.attach(baggage.set_baggage(CONVERSATION_KEY, conversation))
 
 
 def _sdk_calls(client: openai.OpenAI, tracer: trace.Tracer) -> list[Call]:
@@ -80,18 +81,18 @@ def _sdk_calls(client: openai.OpenAI, tracer: trace.Tracer) -> list[Call]:
     for call in calls:
         _call(client, call)
     token = _in_conversation("conv-1")
-    with tracer.start_as_current_span("handle conversation turn pair"):  # not GenAI: skipped
-        history = [{"role": "user", "content": "first turn of a conversation"}]
-        for max_tokens in (5, 11):
-            call = _call(
-                client, Call("sdk", {"messages": list(history), "max_tokens": max_tokens}, session="conv-1")
-            )
-            calls.append(call)
-            history += [
-                {"role": "assistant", "content": "an answer"},
-                {"role": "user", "content": "and then?"},
-            ]
-    context.detach(token)
+    try:
+        with tracer.start_as_current_span("handle conversation turn pair"):  # not GenAI: skipped
+            history = [{"role": "user", "content": "first turn of a conversation"}]
+            for max_tokens in (5, 11):
+                sent = {"messages": list(history), "max_tokens": max_tokens}
+                calls.append(_call(client, Call("sdk", sent, session="conv-1")))
+                history += [
+                    {"role": "assistant", "content": "an answer"},
+                    {"role": "user", "content": "and then?"},
+                ]
+    finally:
+        context.detach(token)
     unusable = {"messages": [{"role": "user", "content": "no usage"}], "max_tokens": 4, "stream": True}
     _call(client, Call("sdk", unusable))  # its span has no token counts: skipped
     with pytest.raises(openai.NotFoundError):  # the sim serves no embeddings: a failed span, skipped
