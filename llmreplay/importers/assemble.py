@@ -116,6 +116,8 @@ def _record(
         stream=IMPORTED_STREAM if request.stream is None else request.stream,
         max_tokens=request.max_tokens,
         ttft_ns=request.ttft_ns,
+        cached_tokens=request.cached_tokens,
+        cache_write_tokens=request.cache_write_tokens,
         completion_tokens=request.completion_tokens,
         messages=messages,
         prefix_block_hashes=request.prefix_block_hashes,

@@ -27,6 +27,8 @@ ATTRIBUTES = {
     "model": ("gen_ai.request.model", "gen_ai.response.model"),
     "prompt_tokens": ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"),
     "completion_tokens": ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"),
+    "cached_tokens": ("gen_ai.usage.cache_read.input_tokens",),
+    "cache_write_tokens": ("gen_ai.usage.cache_creation.input_tokens",),
     "max_tokens": ("gen_ai.request.max_tokens",),
     "stream": ("gen_ai.request.stream",),
     "ttft_s": ("gen_ai.response.time_to_first_chunk",),
@@ -62,6 +64,8 @@ class GenAISpan:
     endpoint: str
     prompt_tokens: int
     completion_tokens: int | None
+    cached_tokens: int | None
+    cache_write_tokens: int | None
     model: str | None
     max_tokens: int | None
     stream: bool | None
@@ -99,14 +103,22 @@ def _request(span: Span, where: str, operation: str, values: dict) -> GenAISpan:
         raise BadInput(f"{where}: gen_ai.request.stream is {stream!r}, not a boolean")
     provider = values["provider"] if isinstance(values["provider"], str) else None
     endpoint = PROVIDER_ENDPOINTS.get((provider, operation), OPERATIONS[operation])
+    prompt_tokens = _count(values["prompt_tokens"], "gen_ai.usage.input_tokens", where)
+    cached_tokens = _count(values["cached_tokens"], "gen_ai.usage.cache_read.input_tokens", where)
+    if cached_tokens is not None and cached_tokens > prompt_tokens:
+        raise BadInput(f"{where}: {cached_tokens} cached input tokens of {prompt_tokens} input tokens")
     return GenAISpan(
         trace_id=trace_id,
         span_id=span_id,
         start_unix_ns=start_ns,
         duration_ns=duration_ns,
         endpoint=endpoint,
-        prompt_tokens=_count(values["prompt_tokens"], "gen_ai.usage.input_tokens", where),
+        prompt_tokens=prompt_tokens,
         completion_tokens=_count(values["completion_tokens"], "gen_ai.usage.output_tokens", where),
+        cached_tokens=cached_tokens,
+        cache_write_tokens=_count(
+            values["cache_write_tokens"], "gen_ai.usage.cache_creation.input_tokens", where
+        ),
         model=_text(values["model"], "gen_ai.request.model", where),
         max_tokens=_count(values["max_tokens"], "gen_ai.request.max_tokens", where),
         stream=False if endpoint == "embeddings" else stream,

@@ -142,6 +142,8 @@ def _requests(spans: list[tuple[GenAISpan, tuple]]) -> tuple[list[SourceRequest]
                 stream=stream,
                 max_tokens=span.max_tokens,
                 ttft_ns=span.ttft_ns,
+                cached_tokens=span.cached_tokens,
+                cache_write_tokens=span.cache_write_tokens,
             )
         )
     return requests, counts

@@ -46,6 +46,8 @@ class SourceRequest:
     stream: bool | None = None
     max_tokens: int | None = None
     ttft_ns: int | None = None
+    cached_tokens: int | None = None
+    cache_write_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

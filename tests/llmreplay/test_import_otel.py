@@ -55,7 +55,8 @@ def genai(operation: str, start_s: float, end_s: float, kind=SpanKind.CLIENT, er
 SPANS = [
     genai("chat", 0, 1.5, **{"gen_ai.request.model": "m", "gen_ai.usage.input_tokens": 100,
           "gen_ai.usage.output_tokens": 20, "gen_ai.request.max_tokens": 64, "gen_ai.request.stream": True,
-          "gen_ai.response.time_to_first_chunk": 0.25, "gen_ai.conversation.id": "c1"}),
+          "gen_ai.response.time_to_first_chunk": 0.25, "gen_ai.conversation.id": "c1",
+          "gen_ai.usage.cache_read.input_tokens": 60}),
     genai("chat", 3, 4, **{"gen_ai.request.model": "m", "gen_ai.usage.input_tokens": 180,
           "gen_ai.usage.output_tokens": 30, "gen_ai.conversation.id": "c1",
           "gen_ai.input.messages": "[{\"role\": \"user\", \"content\": \"secret\"}]"}),
@@ -184,6 +185,7 @@ def test_every_export_form_gives_the_same_hand_checked_trace(tmp_path, form):
         ),
     ]
     assert records[3].parent_request_id == records[0].request_id
+    assert [r.cached_tokens for r in records] == [60, None, None, None]
     assert all(r.content_messages is None and r.prefix_block_hashes == () for r in records)
 
 
@@ -281,6 +283,10 @@ HOSTILE = {
     "a NaN TTFT": (
         one_span_export(**{"gen_ai.response.time_to_first_chunk": AnyValue(double_value=math.nan)}),
         "time_to_first_chunk is nan, not a number of seconds",
+    ),
+    "more cached than input tokens": (
+        one_span_export(**{"gen_ai.usage.cache_read.input_tokens": AnyValue(int_value=11)}),
+        "11 cached input tokens of 10 input tokens",
     ),
     "stream as text": (
         one_span_export(**{"gen_ai.request.stream": AnyValue(string_value="yes")}),
