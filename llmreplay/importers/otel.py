@@ -61,9 +61,9 @@ def read_otel(path: Path) -> SourceRead:
                             seen.add((found.trace_id, found.span_id))
                             spans.append((found, scope))
     if not spans:
-        kept = sum(len(lines) for lines in skipped.values())
+        total = sum(len(lines) for lines in skipped.values())
         raise BadInput(f"{path}: no GenAI client spans (gen_ai.operation.name chat, text_completion, embeddings, "
-                       f"generate_content) among {kept} spans")  # fmt: skip
+                       f"generate_content) among {total} spans")  # fmt: skip
     spans.sort(key=lambda pair: pair[0].start_unix_ns)  # exporters write spans as they end
     requests, stream_counts = _requests(spans)
     with_ttft = sum(span.ttft_ns is not None for span, _ in spans)
