@@ -15,7 +15,7 @@ from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from llmreplay.errors import BadInput
+from llmreplay.errors import BadInput, first_line
 
 # Version rule: MAJOR.MINOR. A minor only adds keys; a major renames, removes or changes the meaning of one.
 FORMAT = "llmreplay.compare"
@@ -78,7 +78,7 @@ def read_compare_result(path: str | Path, where: str = "compare result") -> dict
     try:
         document = json.loads(text)
     except ValueError as exc:
-        raise BadInput(f"{where} {path}: not JSON ({str(exc).splitlines()[0]})") from None
+        raise BadInput(f"{where} {path}: not JSON ({first_line(exc)})") from None
     return check_version(document, f"{where} {path}")
 
 

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from llmreplay.errors import BadInput
+from llmreplay.errors import BadInput, first_line
 from llmreplay.output_paths import write_atomic
 from llmreplay.trace_arrow import arrow_type
 from llmreplay.trace_format import BOOL, INT16, INT32, INT64, STRING, TIMESTAMP, version_tuple
@@ -238,7 +238,7 @@ def read_run(results: Path, where: str) -> tuple[pa.Table, dict[str, Any]]:
     try:
         table = pq.read_table(results)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise BadInput(f"{where} {results}: not a readable Parquet file ({_first_line(exc)})") from None
+        raise BadInput(f"{where} {results}: not a readable Parquet file ({first_line(exc)})") from None
     run_json = _read_run_json(results.parent / RUN_FILE, where)
     stated = _results_version(table.schema.metadata, f"{where} {results}")
     version = stated or run_json.get("run_format_version") or OLDEST_VERSION
@@ -301,7 +301,7 @@ def conform_results(table: pa.Table, version: str, where: str) -> pa.Table:
     try:
         return table.select(RESULT_SCHEMA.names).cast(RESULT_SCHEMA)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise BadInput(f"{where}: values do not fit the results schema ({_first_line(exc)})") from None
+        raise BadInput(f"{where}: values do not fit the results schema ({first_line(exc)})") from None
 
 
 def _check_unique_requests(table: pa.Table, where: str) -> None:
@@ -337,7 +337,7 @@ def _read_run_json(path: Path, where: str) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except (ValueError, OSError) as exc:
-        raise BadInput(f"{where} {path}: not valid JSON ({_first_line(exc)})") from None
+        raise BadInput(f"{where} {path}: not valid JSON ({first_line(exc)})") from None
     if not isinstance(data, dict):
         raise BadInput(f"{where} {path}: expected a JSON object")
     if data.get("run_format_version") is not None:
@@ -345,6 +345,3 @@ def _read_run_json(path: Path, where: str) -> dict[str, Any]:
     return data
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -12,7 +12,7 @@ import hashlib
 from pathlib import Path
 from typing import Protocol
 
-from llmreplay.errors import BadInput
+from llmreplay.errors import BadInput, first_line
 
 DEFAULT_TOKENIZER = "mistral-tekken"
 
@@ -178,7 +178,7 @@ def _load_hf(path: str) -> HuggingFaceTokenizer:
         return HuggingFaceTokenizer(Path(path))
     except Exception as exc:  # the tokenizers library raises plain Exception subclasses
         raise BadInput(
-            f"--tokenizer {path}: not a Hugging Face tokenizer.json ({_first_line(exc)})"
+            f"--tokenizer {path}: not a Hugging Face tokenizer.json ({first_line(exc)})"
         ) from None
 
 
@@ -189,7 +189,7 @@ def _load_tiktoken(name: str) -> TiktokenTokenizer:
         encoding = tiktoken.get_encoding(name)
     except Exception as exc:  # tiktoken raises ValueError for unknown names, network errors when not cached
         raise BadInput(
-            f"--tokenizer tiktoken:{name}: encoding not available offline ({_first_line(exc)}); "
+            f"--tokenizer tiktoken:{name}: encoding not available offline ({first_line(exc)}); "
             f"known here: {', '.join(sorted(tiktoken.list_encoding_names()))}"
         ) from None
     return TiktokenTokenizer(encoding, f"tiktoken:{name}")
@@ -204,6 +204,3 @@ _LOADERS = {
 }
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from llmreplay.errors import BadInput
+from llmreplay.errors import BadInput, first_line
 from llmreplay.output_paths import replace_file, temp_path
 from llmreplay.trace_arrow import records_to_table, trace_schema
 from llmreplay.trace_format import (
@@ -83,14 +83,14 @@ def _open(path: Path, pre_buffer: bool = True) -> tuple[pq.ParquetFile, TraceMet
         handle = pq.ParquetFile(path, pre_buffer=pre_buffer)
         raw = (handle.schema_arrow.metadata or {}).get(METADATA_KEY)
     except (pa.ArrowException, OSError, ValueError) as exc:  # ValueError: a damaged footer's bad UTF-8
-        raise BadInput(f"{path}: not a Parquet file ({_first_line(exc)})") from None
+        raise BadInput(f"{path}: not a Parquet file ({first_line(exc)})") from None
     if raw is None:
         raise BadInput(f"{path}: not an llmreplay trace (no '{METADATA_KEY.decode()}' metadata key)")
     try:
         meta = parse_meta(raw)
         version_tuple(meta.format_version)
     except (ValueError, TypeError) as exc:
-        raise BadInput(f"{path}: unreadable llmreplay metadata ({_first_line(exc)})") from None
+        raise BadInput(f"{path}: unreadable llmreplay metadata ({first_line(exc)})") from None
     why = refusal(meta.format_version)
     if why is not None:
         raise BadInput(f"{path}: {why}")
@@ -146,7 +146,7 @@ def _conform(path: Path, table: pa.Table, with_content: bool) -> pa.Table:
     try:
         table.validate(full=True)  # Parquet does not check UTF-8 or offsets on read; a damaged page may pass
     except pa.ArrowInvalid as exc:
-        raise BadInput(f"{path}: corrupt Parquet data ({_first_line(exc)})") from None
+        raise BadInput(f"{path}: corrupt Parquet data ({first_line(exc)})") from None
     # Nullable on read, so that a null in a required column is reported by row, not by cast.
     schema = pa.schema([f.with_nullable(True) for f in trace_schema(with_content)])
     for name in ADDED_COLUMNS:
@@ -158,7 +158,7 @@ def _conform(path: Path, table: pa.Table, with_content: bool) -> pa.Table:
     try:
         return table.cast(schema.with_metadata(table.schema.metadata))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise BadInput(f"{path}: values do not fit the trace schema ({_first_line(exc)})") from None
+        raise BadInput(f"{path}: values do not fit the trace schema ({first_line(exc)})") from None
 
 
 def _validate_rows(
@@ -327,8 +327,6 @@ def _first_index(mask) -> int:
     return pc.index(mask, True).as_py()
 
 
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def read_trace(path: str | os.PathLike, columns: Iterable[str] | None = None) -> Trace:
@@ -392,7 +390,7 @@ def _reading(path: Path) -> Iterator[None]:
     try:
         yield
     except (pa.ArrowException, OSError, EOFError) as exc:
-        raise BadInput(f"{path}: corrupt Parquet data ({_first_line(exc)})") from None
+        raise BadInput(f"{path}: corrupt Parquet data ({first_line(exc)})") from None
 
 
 def _read_batches(path: Path, handle: pq.ParquetFile, batch_size: int) -> Iterator[pa.RecordBatch]:

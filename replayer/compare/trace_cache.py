@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from llmreplay.errors import BadInput
+from llmreplay.errors import BadInput, first_line
 from llmreplay.metrics import success_mask
 from llmreplay.trace_arrow import float_values
 from llmreplay.trace_io import read_meta, trace_files
@@ -105,7 +105,7 @@ def _read_file(file) -> list[np.ndarray]:
             _facts(pa.Table.from_batches([b])) for b in handle.iter_batches(BATCH_ROWS, columns=present)
         ]
     except (pa.ArrowException, OSError) as exc:
-        raise BadInput(f"{file}: corrupt Parquet data ({str(exc).splitlines()[0]})") from None
+        raise BadInput(f"{file}: corrupt Parquet data ({first_line(exc)})") from None
     if not chunks:
         return _empty()
     return [np.concatenate([c[i] for c in chunks]) for i in range(8)]
