@@ -232,21 +232,23 @@ def test_export_otlp_of_a_finished_run_one_signal_or_both_and_collectors_that_re
     with otlp_receiver() as received:
         sent = _export(run, "--otlp-endpoint", received.url, "--no-otlp-spans")
     assert sent.exit_code == 0, sent.output
-    assert sent.output.startswith("OTLP: sent run run-") and "metric points" in sent.output
+    assert sent.output.startswith("OTLP: sent run run-") and "metric points" in sent.output, sent.output
     assert len(received.metrics) == 1 and not received.traces
     everything = ("/v1/metrics", "/v1/traces")
     with otlp_receiver(refuse=dict.fromkeys(everything, 500)) as received:
         refused = _export(run, "--otlp-endpoint", received.url)
-    assert refused.exit_code == 1
+    assert refused.exit_code == 1, refused.output
     assert refused.output.strip().splitlines() == [
         f"llmreplay: error: OTLP export to {received.url} failed: metrics: HTTP 500 Internal Server Error; "
         "spans: HTTP 500 Internal Server Error (after 0 spans)"
     ]
     with otlp_receiver(refuse={"/v1/metrics": 404}) as received:  # a traces-only backend (Jaeger)
         traces_only = _export(run, "--otlp-endpoint", received.url)
-    assert traces_only.exit_code == 1 and "metrics: HTTP 404 Not Found" in traces_only.output
+    assert traces_only.exit_code == 1 and "metrics: HTTP 404 Not Found" in traces_only.output, (
+        traces_only.output
+    )
     assert (
         sum(len(ss.spans) for r in received.traces for rs in r.resource_spans for ss in rs.scope_spans) == 60
     )
     nothing = _export(run, "--otlp-endpoint", received.url, "--no-otlp-spans", "--no-otlp-metrics")
-    assert nothing.exit_code == 2 and "nothing to send" in nothing.output
+    assert nothing.exit_code == 2 and "nothing to send" in nothing.output, nothing.output
