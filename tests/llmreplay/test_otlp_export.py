@@ -79,6 +79,25 @@ def test_endpoints_that_would_leak_or_miss_are_refused(url, expected):
     assert parse_endpoint("https://otlp.example/otlp/", "--otlp-endpoint") == "https://otlp.example/otlp"
 
 
+@pytest.mark.parametrize("command", ["replay", "capacity"])
+def test_a_bad_endpoint_is_one_line_and_exit_2_before_anything_runs(command, tmp_path):
+    args = [
+        command,
+        str(tmp_path / "none.parquet"),
+        "--target",
+        "http://127.0.0.1:9",
+        "-o",
+        str(tmp_path / "out"),
+    ]
+    done = CliRunner().invoke(cli, [*args, "--otlp-endpoint", "http://collector:4318/?key=secret"])
+    assert done.exit_code == 2
+    assert done.output.splitlines() == [
+        "llmreplay: error: --otlp-endpoint: the URL holds a query or fragment, which messages would show; pass "
+        "credentials with --otlp-header-from-env NAME:ENV"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
 # -- end to end ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory):
