@@ -97,7 +97,7 @@ def _token_samples(run: RunRequests) -> tuple[Samples, list[dict]]:
         *(np.concatenate([getattr(p, f) for p in parts]) for f in ("values", "series", "at_ns"))
     )
     attributes = [
-        {**attrs, semconv.TOKEN_TYPE: kind} for attrs in run.series_attributes for kind in ("input", "output")
+        {**attrs, semconv.TOKEN_TYPE: kind} for attrs in run.series_attributes for kind in semconv.TOKEN_TYPES
     ]
     return samples, attributes
 

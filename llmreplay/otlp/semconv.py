@@ -39,13 +39,15 @@ SERVICE_INSTANCE_ID = service_incubating.SERVICE_INSTANCE_ID
 SPAN = gen_ai  # the span attributes: gen_ai.GEN_AI_USAGE_INPUT_TOKENS, ...
 
 # The trace's endpoint -> gen_ai.operation.name (Responses and Anthropic Messages are chat).
+_OPERATION = gen_ai.GenAiOperationNameValues
 OPERATIONS = {
-    "chat_completions": "chat",
-    "completions": "text_completion",
-    "embeddings": "embeddings",
-    "responses": "chat",
-    "messages": "chat",
+    "chat_completions": _OPERATION.CHAT.value,
+    "completions": _OPERATION.TEXT_COMPLETION.value,
+    "embeddings": _OPERATION.EMBEDDINGS.value,
+    "responses": _OPERATION.CHAT.value,
+    "messages": _OPERATION.CHAT.value,
 }
+TOKEN_TYPES = (gen_ai.GenAiTokenTypeValues.INPUT.value, gen_ai.GenAiTokenTypeValues.OUTPUT.value)
 
 # The semconv's advised ExplicitBucketBoundaries: seconds for the client latencies, tokens for usage.
 LATENCY_BOUNDS_S = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
