@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmreplay.output_paths import publish
+from llmreplay.output_paths import publish, temp_path
 
 # (name, type, nullable); monotonic times come from time.perf_counter_ns(), the clock the
 # replayer uses on the same machine, so offsets compare directly.
@@ -75,7 +75,7 @@ class ParquetSpool:
         self._schema = schema_of(columns)
         self._executor = executor
         self._rows: list[tuple] = []
-        self._temp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        self._temp = temp_path(self.path)
         self._writer: pq.ParquetWriter | None = None
         self._batches: list[pa.RecordBatch] = []  # converted, not yet written (writer thread only)
         self._batched_rows = 0

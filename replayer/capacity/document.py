@@ -3,13 +3,12 @@ and the reader a rerun checks its settings against (docs/capacity-format.md)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import orjson
 
 from llmreplay.errors import BadInput
-from llmreplay.output_paths import publish
+from llmreplay.output_paths import publish, temp_path
 from replayer.capacity.config import IDENTITY
 
 FORMAT = "llmreplay.capacity"
@@ -20,7 +19,7 @@ CAPACITY_FILE = "capacity.json"
 
 def write_capacity(out_dir: Path, document: dict) -> Path:
     path = Path(out_dir) / CAPACITY_FILE
-    tmp = path.with_name(f".{CAPACITY_FILE}.{os.getpid()}.tmp")
+    tmp = temp_path(path)
     tmp.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
     publish(tmp, path)
     return path

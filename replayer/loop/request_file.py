@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmreplay.output_paths import publish
+from llmreplay.output_paths import publish, temp_path
 from replayer.loop.http_pool import HEADER_END, Endpoint, encode_request
 
 # encode_request's request line and Host header for an empty endpoint and path: cut from its output
@@ -98,7 +98,7 @@ class RequestFileWriter:
     def __init__(self, tails_path: str | Path, fields_path: str | Path):
         self._tails_path = Path(tails_path)
         self._fields_path = Path(fields_path)
-        self._tmp = self._tails_path.with_name(f".{self._tails_path.name}.tmp-{os.getpid()}")
+        self._tmp = temp_path(self._tails_path)
         self._out = open(self._tmp, "wb", buffering=1 << 20, opener=private)  # bodies: the trace's content
         self._ends = array("q")
         self._path_codes = bytearray()
@@ -160,7 +160,7 @@ class RequestFileWriter:
 def dump_pickle_atomic(path: Path, *values) -> None:
     """A hand-off file between the run's processes (one pickle per value, read back in order):
     complete under its name, or absent."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = temp_path(path)
     try:
         with open(tmp, "wb", opener=private) as handle:
             for value in values:

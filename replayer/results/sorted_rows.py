@@ -5,7 +5,6 @@ run), each sorted alone and appended; equal offsets share a bucket, so the order
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from llmreplay.output_paths import publish
+from llmreplay.output_paths import publish, temp_path
 
 BUCKET_ROWS = 20_000  # ~2 KB a row with 150 chunk offsets: ~40 MB a bucket, twice while it is sorted
 SORT_KEYS = [("scheduled_offset_ns", "ascending"), ("request_id", "ascending")]
@@ -64,7 +63,7 @@ class SortedResultsWriter:
 
     def close(self) -> None:
         """Sort bucket by bucket into a temporary file, fsync, rename: complete or absent."""
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        tmp = temp_path(self.path)
         try:
             with pq.ParquetWriter(tmp, self.schema, compression="zstd") as out:
                 for bucket in sorted(self._buckets):
