@@ -60,7 +60,7 @@ def scrape_until(url: str, every_s: float, stop: threading.Event, count: list[in
             pass  # before the server is up, after it is gone
 
 
-def one_run(trace: Path, target: str, out: Path, metrics: bool, scrape_every_s: float) -> dict:
+def one_run(trace: Path, target: str, out: Path, metrics: bool, scrape_every_s: float) -> dict | None:
     cmd = [sys.executable, "-m", "llmreplay.cli", "replay", str(trace), "--target", target, "-o", str(out)]
     cmd += ["--quiet", "--skip-preflight"]
     stop, scrapes = threading.Event(), [0]
@@ -74,11 +74,16 @@ def one_run(trace: Path, target: str, out: Path, metrics: bool, scrape_every_s: 
         )
         scraper.start()
     try:
-        subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     finally:
         stop.set()
         if scraper is not None:
             scraper.join(5)
+    if not (out / "results.parquet").is_file():
+        print(
+            f"run {out.name}: no results (exit {done.returncode}): {done.stderr.strip()[-300:]}", flush=True
+        )
+        return None
     table = pq.read_table(out / "results.parquet", columns=["dispatch_lag_ns"])
     lag_ms = np.asarray(table.column("dispatch_lag_ns").drop_null().to_numpy(), dtype=float) / 1e6
     return {
@@ -111,6 +116,8 @@ def main() -> int:
         for r in range(args.rounds):
             for metrics in (False, True) if r % 2 == 0 else (True, False):  # interleaved, order alternating
                 figures = one_run(trace, target, work / f"run-{r}-{int(metrics)}", metrics, args.scrape_every)
+                if figures is None:
+                    continue
                 runs[metrics].append(figures)
                 print(
                     f"{r:>5} {'on' if metrics else 'off':>8} {figures['sent']:>5} {figures['p50_ms']:>11.3f} "
