@@ -131,3 +131,12 @@ def test_export_prometheus_refuses_without_a_target_and_fails_in_one_line_per_re
         line for line in refused.stderr.splitlines() if line.startswith("llmreplay: error: --remote-write")
     ]
     assert len(refused.stderr.splitlines()) == 1
+
+
+def test_run_json_keeps_the_push_header_names_only():
+    config = ObserveConfig(
+        pushgateway="http://127.0.0.1:9", push_headers=(("Authorization", "Bearer s3cr3t"),)
+    )
+    public = config.public_dict()
+    assert public["push_headers"] == ["Authorization"] and "s3cr3t" not in json.dumps(public)
+    assert "s3cr3t" not in repr(config)
