@@ -57,7 +57,7 @@ class OtlpConfig:
         repr=False,
         metavar="NAME:ENV",
         help="Header NAME sent to the collector, its value the environment variable ENV (repeatable; e.g. "
-        "Authorization:OTLP_AUTH). Without it, OTEL_EXPORTER_OTLP_HEADERS applies.",
+        "Authorization:OTLP_AUTH). OTEL_EXPORTER_OTLP_HEADERS applies too; a header given here wins.",
     )
     otlp_metrics: bool = option(
         True,
