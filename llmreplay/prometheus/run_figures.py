@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 
+from llmreplay.error_kinds import ERROR_KINDS
 from llmreplay.errors import BadInput
 from llmreplay.prometheus.labels import model_label, run_labels
 from llmreplay.run_format import RUN_FILE, find_results
@@ -68,7 +69,9 @@ def run_figures(run: dict) -> list[Figure]:
             "Failed or unsent requests by error kind.",
             tuple(
                 ("llmreplay_run_request_errors_total", {"kind": kind}, float(count))
-                for kind, count in sorted((summary.get("errors") or {}).items())
+                for kind, count in sorted(
+                    {**dict.fromkeys(ERROR_KINDS, 0), **(summary.get("errors") or {})}.items()
+                )
             ),
         ),
         _one("llmreplay_run_error_ratio", "gauge", "Failed requests / requests.", summary.get("error_rate")),

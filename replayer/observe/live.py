@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
+from llmreplay.error_kinds import ERROR_KINDS
 from llmreplay.errors import BadInput
 from llmreplay.prometheus.config import ObserveConfig
 from llmreplay.prometheus.labels import LABEL_NAMES, model_label, run_labels
@@ -137,8 +138,8 @@ class LiveMetrics:
             "Failed or unsent requests by error kind (as spooled so far).",
             labels=[*names, "kind"],
         )
-        for kind, count in sorted(self.errors.items()):
-            errors.add_metric([*values, kind], count)
+        for kind in sorted({*ERROR_KINDS, *self.errors}):  # every kind from 0: rate() works from the start
+            errors.add_metric([*values, kind], self.errors[kind])
         yield errors
         for name, window, what in (("ttft", self.ttft, "first token"), ("e2e", self.e2e, "last byte")):
             doc = (
