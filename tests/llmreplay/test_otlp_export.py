@@ -98,6 +98,23 @@ def test_a_bad_endpoint_is_one_line_and_exit_2_before_anything_runs(command, tmp
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["export", "otlp", "RUN"], "export otlp: --otlp-endpoint URL is required (the collector's OTLP/HTTP base URL)"),
+        (["export", "csv", "RUN", "-o", "x.csv", "--otlp-endpoint", "http://c:4318"], "--otlp-endpoint: applies to 'export otlp' only"),
+        (["export", "otlp", "RUN", "--otlp-endpoint", "http://c:4318", "-o", "x"], "--out: applies to 'export mooncake and csv' only"),
+        (["export", "otlp", "RUN", "--otlp-endpoint", "http://c:4318", "--otlp-header-from-env", "Authorization:OTLP_UNSET_VAR"],
+         "--otlp-header-from-env 'Authorization:OTLP_UNSET_VAR': the environment has no OTLP_UNSET_VAR"),
+        (["export", "otlp", "RUN", "--otlp-endpoint", "http://c:4318", "--otlp-timeout", "0"], "--otlp-timeout"),
+    ],
+)  # fmt: skip
+def test_export_otlp_flags_that_make_no_sense_are_one_line_and_exit_2(args, expected, tmp_path):
+    done = CliRunner().invoke(cli, [str(tmp_path / a) if a == "RUN" else a for a in args])
+    assert done.exit_code == 2 and len(done.output.splitlines()) == 1, done.output
+    assert done.output.startswith(f"llmreplay: error: {expected}"), done.output
+
+
 # -- end to end ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory):
