@@ -14,7 +14,7 @@ from llmreplay.errors import BadInput
 from llmreplay.prometheus.labels import model_label, run_labels
 from llmreplay.run_format import RUN_FILE, find_results
 
-SUMMARY_QUANTILES = ("p50", "p90", "p95", "p99")  # the summary's latency keys, as quantile labels
+SUMMARY_QUANTILES = ("p50", "p90", "p95", "p99")  # the summary's latency keys, in the metric names
 LATENCIES = ("ttft", "ttfo", "tpot", "itl", "e2e", "ttfb")  # llmreplay.metrics.METRICS' names
 
 
@@ -23,7 +23,7 @@ class Figure:
     """One metric family: its samples are (sample name, labels beyond the run's, value)."""
 
     name: str
-    kind: str  # gauge, counter (name without _total) or summary
+    kind: str  # gauge or counter (the family name without _total)
     help: str
     samples: tuple[tuple[str, dict[str, str], float], ...]
 
@@ -79,7 +79,7 @@ def run_figures(run: dict) -> list[Figure]:
     latency = summary.get("latency_ms") or {}
     for name in LATENCIES:
         if name in latency:
-            out.append(_latency(name, latency[name]))
+            out.extend(_latency(name, latency[name]))
     throughput = summary.get("throughput") or {}
     lag = summary.get("dispatch_lag_ms") or {}
     verdict = summary.get("verdict") or {}
@@ -136,13 +136,22 @@ def _seconds(ms) -> float | None:
     return None if ms is None else ms / 1e3
 
 
-def _latency(name: str, cell: dict) -> Figure:
-    """A summary: the run's quantiles (seconds) and how many values they cover."""
-    family = f"llmreplay_run_{name}_seconds"
-    samples = [
-        (family, {"quantile": f"{int(key[1:]) / 100:g}"}, cell[key] / 1e3)
+def _latency(name: str, cell: dict) -> list[Figure]:
+    """A gauge per percentile (seconds), like dispatch_lag_p99, and how many values they cover. Not a
+    summary: run.json has no `_sum` to give (a Pushgateway would fill in a false 0), and a `quantile`
+    label outside a summary is what promtool's lint refuses."""
+    what = "chunk gaps" if name == "itl" else "successful requests"
+    figures = [
+        _one(
+            f"llmreplay_run_{name}_{key}_seconds",
+            "gauge",
+            f"{name.upper()} {key} over the run's {what}.",
+            None if cell.get(key) is None else cell[key] / 1e3,
+        )
         for key in SUMMARY_QUANTILES
-        if cell.get(key) is not None
     ]
-    samples.append((f"{family}_count", {}, float(cell.get("count") or 0)))
-    return Figure(family, "summary", f"{name.upper()} of the run's successful requests.", tuple(samples))
+    count = cell.get("count") or 0
+    return [
+        *figures,
+        _one(f"llmreplay_run_{name}_samples", "gauge", f"{name.upper()} values measured.", count),
+    ]

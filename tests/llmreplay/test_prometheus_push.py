@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import cramjam
+import pytest
 from opentelemetry.exporter.prometheus_remote_write.gen.remote_pb2 import WriteRequest
 
 from llmreplay.http_headers import parse_env_headers
@@ -44,10 +45,10 @@ def test_figures_are_the_summary_in_base_units():
     assert samples[("llmreplay_run_requests_sent_total", ())] == 9
     assert samples[("llmreplay_run_request_errors_total", (("kind", "http_5xx"),))] == 2
     assert samples[("llmreplay_run_request_errors_total", (("kind", "shed_by_client"),))] == 1
-    assert samples[("llmreplay_run_ttft_seconds", (("quantile", "0.5"),))] == 0.005
-    assert ("llmreplay_run_ttft_seconds", (("quantile", "0.95"),)) not in samples  # None: left out
-    assert samples[("llmreplay_run_e2e_seconds", (("quantile", "0.99"),))] == 0.3
-    assert samples[("llmreplay_run_e2e_seconds_count", ())] == 7
+    assert samples[("llmreplay_run_ttft_p50_seconds", ())] == 0.005
+    assert ("llmreplay_run_ttft_p95_seconds", ()) not in samples  # None: left out
+    assert samples[("llmreplay_run_e2e_p99_seconds", ())] == 0.3
+    assert samples[("llmreplay_run_e2e_samples", ())] == 7
     assert samples[("llmreplay_run_dispatch_lag_p99_seconds", ())] == 0.0025
     assert samples[("llmreplay_run_verdict", (("status", "fail"),))] == 1
     assert samples[("llmreplay_run_end_timestamp_seconds", ())] == 1_700_000_000
@@ -140,3 +141,16 @@ def test_run_json_keeps_the_push_header_names_only():
     public = config.public_dict()
     assert public["push_headers"] == ["Authorization"] and "s3cr3t" not in json.dumps(public)
     assert "s3cr3t" not in repr(config)
+
+
+@pytest.mark.e2e  # promtool is a process
+def test_the_pushed_exposition_lints_clean_with_promtool():
+    import prometheus_client
+    from prometheus_servers import promtool_check
+
+    from llmreplay.prometheus.push import _Families
+
+    registry = prometheus_client.CollectorRegistry(auto_describe=False)
+    registry.register(_Families(run_figures(RUN)))
+    lint = promtool_check(prometheus_client.generate_latest(registry).decode())
+    assert lint.returncode == 0 and not lint.stdout.strip() and not lint.stderr.strip(), lint

@@ -108,11 +108,11 @@ def test_prometheus_scrapes_the_live_run_and_receives_the_finished_one(tmp_path,
     for where in (f'job="pushgateway",exported_job="llmreplay",{run}', f'job="llmreplay",{run}'):
         assert _value(wait_for(prometheus, f"llmreplay_run_requests_sent_total{{{where}}}")) == sent.num_rows
         assert _value(wait_for(prometheus, f"llmreplay_run_requests_planned{{{where}}}")) == REQUESTS
-        e2e_p50 = _value(wait_for(prometheus, f'llmreplay_run_e2e_seconds{{{where},quantile="0.5"}}'))
+        e2e_p50 = _value(wait_for(prometheus, f"llmreplay_run_e2e_p50_seconds{{{where}}}"))
         assert e2e_p50 == pytest.approx(np.percentile(ok_e2e, 50) / 1e9, rel=1e-9)
-        ttft_p99 = _value(wait_for(prometheus, f'llmreplay_run_ttft_seconds{{{where},quantile="0.99"}}'))
+        ttft_p99 = _value(wait_for(prometheus, f"llmreplay_run_ttft_p99_seconds{{{where}}}"))
         assert ttft_p99 == pytest.approx(np.percentile(ttft, 99) / 1e9, rel=1e-9)
-        count = _value(wait_for(prometheus, f"llmreplay_run_e2e_seconds_count{{{where}}}"))
+        count = _value(wait_for(prometheus, f"llmreplay_run_e2e_samples{{{where}}}"))
         assert count == len(ok_e2e)
         verdict = wait_for(prometheus, f"llmreplay_run_verdict{{{where}}}")
         assert verdict[0]["metric"]["status"] == run_info(out)["summary"]["verdict"]["status"]
