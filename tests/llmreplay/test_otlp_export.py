@@ -23,7 +23,8 @@ from llmreplay.cli import cli
 from llmreplay.errors import BadInput
 from llmreplay.otlp import semconv
 from llmreplay.otlp.config import parse_endpoint
-from llmreplay.otlp.metric_points import Samples, Windows, chunk_gaps, histogram_points, windows_of
+from llmreplay.otlp.metric_points import Windows, histogram_points, windows_of
+from llmreplay.otlp.samples import Samples, chunk_gaps
 
 SECRET = "Bearer otlp-test-secret-7f3a"
 S = 1_000_000_000
