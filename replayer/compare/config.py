@@ -25,6 +25,23 @@ def parse_slos(texts: tuple[str, ...], flag: str) -> tuple:
 
 
 @dataclass(frozen=True, slots=True)
+class CellSettings:
+    tolerance: float
+    confidence: float  # per interval (Bonferroni over the comparison's cells)
+    draws: int
+    refused: bool = False  # the sides ran at different load: numbers shown, no verdict
+    block_requests: int = 1  # consecutive requests resampled together (replayer.compare.time_blocks)
+
+
+def per_interval_confidence(family_confidence: float, intervals: int) -> float:
+    """Bonferroni: each of `intervals` CIs at this level keeps the family-wise error at 1 - family_confidence.
+
+    Sixteen verdicts at 95 % each would call noise a regression far more often than 1 time in 20.
+    """
+    return 1.0 - (1.0 - family_confidence) / max(1, intervals)
+
+
+@dataclass(frozen=True, slots=True)
 class CompareConfig:
     """Everything that shapes a comparison; the CLI fills it, defaults live here only."""
 
@@ -74,11 +91,8 @@ class CompareConfig:
     @property
     def interval_confidence(self) -> float:
         from llmreplay.metrics import JUDGED_CELLS
-        from replayer.compare.stats import per_interval_confidence
 
         return per_interval_confidence(self.confidence, JUDGED_CELLS)
 
     def cells(self, refused: bool = False):
-        from replayer.compare.latency import CellSettings
-
         return CellSettings(self.tolerance, self.interval_confidence, self.draws, refused)

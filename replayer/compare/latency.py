@@ -13,6 +13,7 @@ import numpy as np
 import replayer.compare.paired as compare_paired
 import replayer.compare.stats as compare_stats
 from llmreplay.metrics import GATING, METRICS, PERCENTILES, LatencyMetric
+from replayer.compare.config import CellSettings
 from replayer.compare.requests import RequestColumns
 
 MIN_TAIL_SAMPLES = 10  # values above a percentile it needs: p99 wants 1,000, p50 20
@@ -26,15 +27,6 @@ class Samples:
     values: dict[str, np.ndarray]  # finite values, in row order
     cluster: dict[str, np.ndarray]  # the request number (shared by both sides) of each value
     itl_requests: int  # requests behind the pooled ITL gaps: their effective sample size
-
-
-@dataclass(frozen=True, slots=True)
-class CellSettings:
-    tolerance: float
-    confidence: float  # per interval (Bonferroni over the comparison's cells)
-    draws: int
-    refused: bool = False  # the sides ran at different load: numbers shown, no verdict
-    block_requests: int = 1  # consecutive requests resampled together (replayer.compare.time_blocks)
 
 
 def samples(req: RequestColumns, cluster_of_row: np.ndarray, mask: np.ndarray | None = None) -> Samples:

@@ -182,13 +182,5 @@ def rate_verdict(estimate: RateDifference, tolerance: float) -> str:
     return INCONCLUSIVE
 
 
-def per_interval_confidence(family_confidence: float, intervals: int) -> float:
-    """Bonferroni: each of `intervals` CIs at this level keeps the family-wise error at 1 - family_confidence.
-
-    Sixteen verdicts at 95 % each would call noise a regression far more often than 1 time in 20.
-    """
-    return 1.0 - (1.0 - family_confidence) / max(1, intervals)
-
-
 def make_rng(seed: int = BOOTSTRAP_SEED) -> np.random.Generator:
     return np.random.default_rng(seed)
