@@ -28,7 +28,6 @@ class RunRequests:
     series: np.ndarray  # index into series_attributes
     series_attributes: list[dict[str, str | int]]
     not_sent: int  # rows never sent (shed by the client, or the run stopped first): in no metric or span
-    common: dict[str, str | int]  # attributes every series has (provider, server)
 
     @property
     def first_ns(self) -> int:
@@ -69,7 +68,6 @@ def read_run_requests(run: Path, name: str | None = None) -> RunRequests:
         series=keys,
         series_attributes=attributes,
         not_sent=not_sent,
-        common=common,
     )
 
 
