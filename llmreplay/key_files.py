@@ -2,6 +2,9 @@
 
 A key file is a regular file of mode 0600 or stricter holding at least 256 bits (64+ hex digits, or
 32+ bytes of anything else); new ones hold 64 random hex digits, created exclusively with mode 0600.
+What each command takes from it differs, and stays so (README, "Key"): `record` decodes hex text
+(BLAKE2b keys are at most 64 bytes), `anonymize` keys HMAC with the file's exact bytes; changing either
+would re-map every hash already made with an existing key.
 """
 
 from __future__ import annotations
