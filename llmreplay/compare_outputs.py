@@ -26,9 +26,12 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 def junit_xml(result: dict) -> bytes:
     """The result's gate cases as JUnit XML (UTF-8, with its declaration)."""
-    mode = result.get("mode", "compare")
-    verdict = result.get("verdict") or {}
-    cases = gate_cases(result)
+    return junit_of(result.get("mode", "compare"), result.get("verdict") or {}, gate_cases(result))
+
+
+def junit_of(mode: str, verdict: dict, cases: list) -> bytes:
+    """Gate cases (llmreplay.compare_format.GateCase) of a `mode` (compare, report, capacity) as JUnit XML;
+    `verdict`: its headline and exit_code."""
     root = ET.Element(
         "testsuites",
         name=_xml_text(verdict.get("headline", f"llmreplay {mode}")),

@@ -27,7 +27,14 @@ STEP_RUN_DIR = "-"  # each step's run directory is set by the search (replayer.c
     type=click.Path(),
     help="Also write the report (points, curves, steps) as one HTML page.",
 )
-def capacity(trace, as_json, html_path, **values):
+@click.option(
+    "--junit",
+    "junit_path",
+    metavar="FILE",
+    help="Write the search's gate as JUnit XML for CI: its verdict, headroom, SLOs and error rate at the "
+    "SLO limit, and each step; a failure carries its reason.",
+)
+def capacity(trace, as_json, html_path, junit_path, **values):
     """Find how much of TRACE's own traffic --target holds within the SLOs: the knee, the SLO limit,
     the operating point and the headroom against the trace's busiest minute (DIR/capacity.json)."""
     from llmreplay.otlp.cli import otlp_config
@@ -39,13 +46,18 @@ def capacity(trace, as_json, html_path, **values):
     from llmreplay.output_paths import check_output_dir, check_output_file
 
     check_output_dir(config.out_dir, "-o")  # before any step runs
-    if html_path:
-        check_output_file(html_path, force=True, flag="--html")
-    _run(config, as_json, html_path, otlp)
+    for flag, path in (("--html", html_path), ("--junit", junit_path)):
+        if path:
+            check_output_file(path, force=True, flag=flag)
+    _run(config, as_json, html_path, otlp, junit_path)
 
 
 def _run(
-    config: CapacityConfig, as_json: bool, html_path: str | None = None, otlp: OtlpConfig | None = None
+    config: CapacityConfig,
+    as_json: bool,
+    html_path: str | None = None,
+    otlp: OtlpConfig | None = None,
+    junit_path: str | None = None,
 ) -> None:
     import orjson
     from rich.console import Console
@@ -60,6 +72,13 @@ def _run(
         from replayer.capacity.html import render_capacity_html
 
         write_atomic(html_path, render_capacity_html(document), force=True, flag="--html")
+    if junit_path:
+        from llmreplay.compare_outputs import junit_of
+        from llmreplay.output_paths import write_atomic
+        from replayer.capacity.gate_cases import capacity_cases
+
+        verdict = {"headline": document["verdict"]["line"], "exit_code": document["verdict"]["exit_code"]}
+        write_atomic(junit_path, junit_of("capacity", verdict, capacity_cases(document)), force=True, flag="--junit")
     if as_json:
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
         print_verdict(document, console)

@@ -131,8 +131,13 @@ def test_one_progress_line_per_finished_step_and_none_under_quiet(tmp_path, sim)
         "goodput" in lines[1] and lines[1].startswith("step 1 search x2:") and "s" in lines[1].split(", ")[-1]
     )
     assert "SLO limit: x" in done.stdout
-    quiet = run_capacity(trace, sim, tmp_path / "cap", *flags, "--quiet")
+    quiet = run_capacity(trace, sim, tmp_path / "cap", *flags, "--quiet", "--junit", str(tmp_path / "j.xml"))
     assert quiet.returncode == 0 and not [
         line for line in quiet.stderr.splitlines() if line.startswith("step ")
     ]
     assert quiet.stdout.startswith("PASS")
+    from junitparser import JUnitXml
+
+    junit = JUnitXml.fromfile(str(tmp_path / "j.xml"))
+    names = [case.name for suite in junit for case in suite]
+    assert sum(s.failures for s in junit) == 0 and "capacity" in names and "step 1: x2 (search)" in names
