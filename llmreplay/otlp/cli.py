@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from llmreplay import options
-from llmreplay.errors import BadInput
+from llmreplay.errors import BadInput, first_line
 from llmreplay.otlp.config import OtlpConfig
 
 OTLP_FLAGS = frozenset(item.name for item in options.declared(OtlpConfig))
@@ -56,7 +56,11 @@ def export_after_runs(
         try:
             report = export_run(config, run, name)
         except Exception as exc:  # noqa: BLE001 (after a run, fail open: the run on disk decides the exit status)
-            reason = str(exc) if isinstance(exc, OtlpExportFailed | BadInput) else _unexpected(exc)
+            reason = (
+                str(exc)
+                if isinstance(exc, OtlpExportFailed | BadInput)
+                else f"{type(exc).__name__}: {first_line(exc)}"
+            )
             click.echo(
                 f"llmreplay: warning: OTLP export to {config.endpoint} failed: {reason}; the run is complete in "
                 f"{run} (send it again with `llmreplay export otlp {run} --otlp-endpoint {config.endpoint}`)",
@@ -75,8 +79,3 @@ def _sent_line(report, config: OtlpConfig) -> str:
         f"OTLP: sent run {report.run_id} ({report.requests} requests{unsent}) to {config.endpoint}: "
         f"{', '.join(sent)}"
     )
-
-
-def _unexpected(exc: Exception) -> str:
-    lines = str(exc).splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
