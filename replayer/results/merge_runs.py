@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +17,9 @@ import pyarrow.compute as pc
 
 from llmreplay.errors import BadInput
 from llmreplay.run_format import RESULT_SCHEMA, RESULTS_FILE, read_run
+
+if TYPE_CHECKING:
+    from llmreplay.run_format import RunInfo
 
 # Settings every shard of one replay shares (the schedule, the target's model choice, the lengths).
 SAME_SETTINGS = ("schedule", "model", "model_map", "engine", "fit_lengths", "duration_ns", "responses_state")
@@ -161,49 +164,69 @@ def _check_same_replay(runs: list[ShardRunInput]) -> None:
 
 def write_merged_run(
     runs: list[ShardRunInput], out_dir: Path, budget_ns: int | None, allow_missing: bool
-) -> dict:
-    """results.parquet and run.json of the merged run in `out_dir` (made here); returns its summary."""
-    import pyarrow.parquet as pq
+) -> tuple[dict, dict]:
+    """results.parquet and run.json of the merged run in `out_dir` (made here); returns its summary
+    and clock section."""
+    from llmreplay.run_format import write_run_info
 
-    from llmreplay.output_paths import publish, temp_path
-    from llmreplay.run_format import (
-        RunCounts,
-        RunInfo,
-        RunMachine,
-        RunTarget,
-        RunTrace,
-        stated_load,
-        write_run_info,
-    )
-    from replayer.compare.gate_limits import FidelityLimits
-    from replayer.compare.trace_cache import run_trace_cache
-    from replayer.results.summary import summarize_file
+    missing = _refuse_missing_shards(runs, allow_missing)
+    table, base_unix_ns = merged_table(runs)
+    clock = clock_section(runs, table, budget_ns)
+    _write_results(table, out_dir)
+    infos = [r.run_json for r in runs]
+    counts = _merged_counts(infos)
+    stop_reason = _worst_stop_reason([i.get("stop_reason") for i in infos], bool(missing))
+    summary = _merged_summary(out_dir / RESULTS_FILE, infos[0], counts, stop_reason)
+    info = _merged_run_info(runs, counts, stop_reason, summary, clock, base_unix_ns)
+    write_run_info(out_dir, info)
+    return summary, clock
 
+
+def _refuse_missing_shards(runs: list[ShardRunInput], allow_missing: bool) -> list[int]:
+    """The shards absent from `runs`; refused (one line) unless --allow-missing-shards."""
     missing = missing_shards(runs)
     if missing and not allow_missing:
         raise BadInput(
             f"merge: shards {', '.join(map(str, missing))} of {runs[0].shards} are missing "
             "(pass --allow-missing-shards to merge the others; the run is then incomplete)"
         )
-    table, base_unix_ns = merged_table(runs)
-    clock = clock_section(runs, table, budget_ns)
+    return missing
+
+
+def _write_results(table: pa.Table, out_dir: Path) -> None:
+    """The merged rows as `out_dir`/results.parquet, published whole (a temp file, then a rename)."""
+    import pyarrow.parquet as pq
+
+    from llmreplay.output_paths import publish, temp_path
+
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(out_dir / RESULTS_FILE)
     pq.write_table(table, tmp)
     publish(tmp, out_dir / RESULTS_FILE)
-    infos = [r.run_json for r in runs]
-    first = infos[0]
-    counts = {name: int((first.get("counts") or {}).get(name) or 0) for name in _SHARED_COUNTS}
+
+
+def _merged_counts(infos: list[dict]) -> dict[str, int]:
+    """The run's counts: the trace's from the first shard (every shard read it), the rest summed."""
+    counts = {name: int((infos[0].get("counts") or {}).get(name) or 0) for name in _SHARED_COUNTS}
     counts |= {
         name: sum(int((i.get("counts") or {}).get(name) or 0) for i in infos) for name in _SHARD_COUNTS
     }
-    stop_reason = _worst_stop_reason([i.get("stop_reason") for i in infos], bool(missing))
+    return counts
+
+
+def _merged_summary(results: Path, first: dict, counts: dict[str, int], stop_reason: str) -> dict:
+    """The summary recomputed from the merged rows, with the first shard's limits and stated load."""
+    from llmreplay.run_format import stated_load
+    from replayer.judge.gate_limits import FidelityLimits
+    from replayer.judge.trace_cache import run_trace_cache
+    from replayer.results.summary import summarize_file
+
     config = first.get("config") or {}
     limits = (
         FidelityLimits(**config["limits"]) if isinstance(config.get("limits"), dict) else FidelityLimits()
     )
-    summary = summarize_file(
-        out_dir / RESULTS_FILE,
+    return summarize_file(
+        results,
         limits,
         float(config.get("max_error_rate", 0.01)),
         never_attempted=counts["not_sent"],
@@ -211,7 +234,24 @@ def write_merged_run(
         trace=run_trace_cache(first),
         load=stated_load(first),
     )
-    info = RunInfo(
+
+
+def _merged_run_info(
+    runs: list[ShardRunInput],
+    counts: dict[str, int],
+    stop_reason: str,
+    summary: dict,
+    clock: dict,
+    base_unix_ns: int,
+) -> RunInfo:
+    """run.json of the merged run: the first shard's settings, the widest bounds, every worker and
+    host; no monotonic start and no server metrics (each host had its own clock and scrape)."""
+    from llmreplay.run_format import RunCounts, RunInfo, RunMachine, RunTarget, RunTrace
+
+    infos = [r.run_json for r in runs]
+    first = infos[0]
+    config = first.get("config") or {}
+    return RunInfo(
         config={**config, "multihost": {**config.get("multihost", {}), "shard": None}},
         target=RunTarget(**first["target"]),
         trace=RunTrace(**first["trace"]),
@@ -248,8 +288,6 @@ def write_merged_run(
             for r in runs
         ],
     )
-    write_run_info(out_dir, info)
-    return summary, clock
 
 
 _SHARED_COUNTS = ("trace_rows", "window_rows")  # the whole trace's: every shard read it
