@@ -134,60 +134,38 @@ class SseStream:
         return len(self.chunk_offsets_ns)
 
     def feed(self, data: bytes, arrival_ns: int) -> None:
-        parts = self._parts
-        if parts is not None:
-            if self.overflow:
-                return
-            last = parts[-1][-1:]
-            if data.find(b"\n\n") < 0 and data.find(b"\r") < 0 and last != b"\r" and not (
-                last == b"\n" and data[:1] == b"\n"
-            ):  # the event goes on: no join, no copy
-                parts.append(data)
-                self._parts_bytes += len(data)
-                if self._parts_bytes > MAX_EVENT_BYTES:
-                    self._overflowed()
-                return
-            self._buffer, self._parts = b"".join(parts), None
-        buffer = self._buffer
-        if buffer:
-            if buffer[-1] == _CR:  # the last read ended a line with CR: a LF opening this one is its pair
-                buffer = buffer[:-1]
-                if data[:1] == b"\n":
-                    data = data[1:]
-            data = buffer + data
+        if self._parts is not None and self._kept_as_part(data):
+            return
+        if self._buffer:
+            data = self._after_tail(data)
         if data.find(b"\r") >= 0:  # not `in`: bytes.__contains__ first raises and clears a TypeError
             self._feed_cr(data, arrival_ns)
             return
         head = self._head
         if head is not None and data.endswith(self._tail) and data.startswith(head):
             # One text chunk in the learned framing, if the text between holds no quote: a second
-            # event glued on, or any other key, would put the tail's opening quote in there.
+            # event glued on, or any other key, would put the tail's opening quote in there. A framing
+            # with a number hole (Responses' sequence_number): the text's closing quote, the bytes up
+            # to the hole, digits only, then the tail.
             text_end = len(data) - len(self._tail)
             quote = data.find(b'"', len(head), text_end)
-            if quote < 0 and len(head) < text_end and self._before_hole is None:
+            before = self._before_hole
+            if (quote < 0 and len(head) < text_end and before is None) or (
+                before is not None
+                and quote > len(head)
+                and data.startswith(before, quote)
+                and data[quote + len(before) : text_end].isdigit()
+            ):
                 self._buffer = b""
                 self.events += 1
                 self.chunk_offsets_ns.append(arrival_ns - self.start_ns)
                 if self._head_reasoning:  # an answer framing is learned from an answer chunk
                     self.reasoning_chunks += 1
                 return
-            # A framing with a number hole (Responses' sequence_number): the text's closing quote,
-            # the bytes up to the hole, digits only, then the tail.
-            before = self._before_hole
-            if before is not None and quote > len(head) and data.startswith(before, quote):
-                if data[quote + len(before) : text_end].isdigit():
-                    self._buffer = b""
-                    self.events += 1
-                    self.chunk_offsets_ns.append(arrival_ns - self.start_ns)
-                    if self._head_reasoning:
-                        self.reasoning_chunks += 1
-                    return
         events = data.split(b"\n\n")
         self._buffer = events.pop()  # the unterminated tail; b"" when the read ended an event
-        if len(self._buffer) >= LONG_EVENT_BYTES:  # from here on kept as reads, joined once
-            self._parts, self._parts_bytes, self._buffer = [self._buffer], len(self._buffer), b""
-            if self._parts_bytes > MAX_EVENT_BYTES:
-                self._overflowed()
+        if len(self._buffer) >= LONG_EVENT_BYTES:
+            self._keep_tail_as_parts()
         if self._rules is not None:
             self._typed_events(events, arrival_ns)
             return
@@ -215,6 +193,44 @@ class SseStream:
                         self._learn_framing(event, 6 + text.end() - 1, True)
             elif event:
                 self._event(event, arrival_ns)
+
+    def _kept_as_part(self, data: bytes) -> bool:
+        """A read while a long event is kept as reads: True when it was kept (the event goes on, no
+        join, no copy) or dropped (overflow); else the reads are joined once into the buffer."""
+        parts = self._parts
+        if self.overflow:
+            return True
+        last = parts[-1][-1:]
+        if (
+            data.find(b"\n\n") < 0
+            and data.find(b"\r") < 0
+            and last != b"\r"
+            and not (last == b"\n" and data[:1] == b"\n")
+        ):  # the event goes on: no join, no copy
+            parts.append(data)
+            self._parts_bytes += len(data)
+            if self._parts_bytes > MAX_EVENT_BYTES:
+                self._overflowed()
+            return True
+        self._buffer, self._parts = b"".join(parts), None
+        return False
+
+    def _after_tail(self, data: bytes) -> bytes:
+        """The last read's unterminated tail (not empty) and this read, one bytes: a CR ending the
+        tail's line pairs with a LF opening this read (one line end, not two)."""
+        buffer = self._buffer
+        if buffer[-1] == _CR:
+            buffer = buffer[:-1]
+            if data[:1] == b"\n":
+                data = data[1:]
+        return buffer + data
+
+    def _keep_tail_as_parts(self) -> None:
+        """An unterminated tail of LONG_EVENT_BYTES or more is kept from here on as reads, joined once
+        (not re-joined with every read), and refused past MAX_EVENT_BYTES."""
+        self._parts, self._parts_bytes, self._buffer = [self._buffer], len(self._buffer), b""
+        if self._parts_bytes > MAX_EVENT_BYTES:
+            self._overflowed()
 
     def _typed_events(self, events: list[bytes], arrival_ns: int) -> None:
         """Responses / Messages events: the `event:` name picks the rule (a dict lookup), a byte
