@@ -91,12 +91,7 @@ def build_request(
     target's own count (replayer.plan.prompt_fit). `sending`, `history`: a chained Responses turn's
     way of sending and the ancestors it is expanded with (replayer.plan.responses_state). `previous`:
     the session's previous chat turn as sent, which this one continues (replayer.plan.sent_turns)."""
-    path = ENDPOINT_PATHS.get(record.endpoint)
-    if path is None:
-        raise BadInput(f"request {record.request_id}: endpoint {record.endpoint!r} cannot be replayed")
-    model = options.model_for(record.model)
-    if not model:
-        raise BadInput(f"request {record.request_id}: no model in the trace; pass --model")
+    path, model = _path_and_model(record, options)
     copy = prompt_copy(plan.copy_index, options.loop_stride, options.soak_keep_sharing)
     nonce = copy_nonce(copy, options.seed)
     # A copy is kept out of the original's prefix cache by `cache_salt` where the engine takes it
@@ -116,32 +111,59 @@ def build_request(
         return _api_request(record, plan, options, content, body, path, fitter, sending, history)
     turn = None
     if record.endpoint == "chat_completions":
-        tools = content.tools()
-        answers: dict[int, int] = {}
-        if fit:
-            layout = (tuple(m.role for m in record.messages) or ("user",), len(tools or ()))
-
-            def spell(correction):
-                nonlocal answers
-                messages, answers = continued(content.messages(correction), previous)
-                return messages, tools
-
-            body["messages"] = fitter.fit_chat(record.prompt_tokens, layout, spell)[0]
-        else:
-            body["messages"], answers = continued(content.messages(), previous)
-            if fitter is not None and record.prompt_tokens is not None:
-                fitter.measure_chat(record.prompt_tokens, body["messages"], tools)
-        followed = plan.next_index is not None
-        body["messages"], turn = sent_and_marked(body["messages"], answers, followed)
-        if tools:
-            body["tools"] = tools
-            choice = tool_choice_field(record.tool_choice, tools)
-            if choice is not None:
-                body["tool_choice"] = choice
+        turn = _add_chat_fields(body, record, plan, content, fitter, previous, fit)
     elif fit:
         body["prompt"] = fitter.fit_prompt(record.prompt_tokens, content.synthesized_prompt)
     else:
         body["prompt"] = content.prompt()
+    wanted = _add_output_fields(body, record, plan, options, content)
+    return BuiltRequest(path, _json_bytes(body), record.stream, wanted, turn)
+
+
+def _path_and_model(record: TraceRecord, options: BuildOptions) -> tuple[str, str]:
+    """The target path of the row's endpoint and the model it is sent to; refused (one line) when the
+    endpoint cannot be replayed or no model is known."""
+    path = ENDPOINT_PATHS.get(record.endpoint)
+    if path is None:
+        raise BadInput(f"request {record.request_id}: endpoint {record.endpoint!r} cannot be replayed")
+    model = options.model_for(record.model)
+    if not model:
+        raise BadInput(f"request {record.request_id}: no model in the trace; pass --model")
+    return path, model
+
+
+def _add_chat_fields(body, record, plan, content, fitter, previous, fit) -> SentTurn | None:
+    """A chat body's messages (continuing `previous`; fitted to the target's count when `fit`, else
+    measured), then tools and tool_choice. Returns the turn as sent when a next turn continues it."""
+    tools = content.tools()
+    answers: dict[int, int] = {}
+    if fit:
+        layout = (tuple(m.role for m in record.messages) or ("user",), len(tools or ()))
+
+        def spell(correction):
+            nonlocal answers
+            messages, answers = continued(content.messages(correction), previous)
+            return messages, tools
+
+        body["messages"] = fitter.fit_chat(record.prompt_tokens, layout, spell)[0]
+    else:
+        body["messages"], answers = continued(content.messages(), previous)
+        if fitter is not None and record.prompt_tokens is not None:
+            fitter.measure_chat(record.prompt_tokens, body["messages"], tools)
+    followed = plan.next_index is not None
+    body["messages"], turn = sent_and_marked(body["messages"], answers, followed)
+    if tools:
+        body["tools"] = tools
+        choice = tool_choice_field(record.tool_choice, tools)
+        if choice is not None:
+            body["tool_choice"] = choice
+    return turn
+
+
+def _add_output_fields(body, record, plan, options, content) -> int | None:
+    """A chat or completions body's response_format, streaming, length limit and forcing fields
+    (read after the prompt's fields: a grammar changes them), then the recorded sampling. Returns
+    the output tokens asked for."""
     response_format = content.response_format()
     if response_format is not None:
         body["response_format"] = response_format
@@ -156,7 +178,7 @@ def build_request(
         value = getattr(record, name)
         if value is not None:
             body[name] = value
-    return BuiltRequest(path, _json_bytes(body), record.stream, wanted, turn)
+    return wanted
 
 
 def under_grammar(body: dict) -> bool:
