@@ -24,7 +24,7 @@ from compare_fixtures import Shape, latencies_ns, write_run, write_trace_file  #
 
 from replayer.compare.inputs import load_side  # noqa: E402
 from replayer.compare.sides import CompareConfig, compare_sides  # noqa: E402
-from replayer.compare.slo import parse_slo  # noqa: E402
+from replayer.judge.slo import parse_slo  # noqa: E402
 from replayer.report.html import write_html  # noqa: E402
 
 CHROMIUM_FLAGS = (

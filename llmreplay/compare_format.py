@@ -24,7 +24,7 @@ READABLE_MAJOR_VERSIONS = (1,)
 
 # Outcomes of a gate case, as JUnit knows them.
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
-# Values of the result (replayer.compare.run_fidelity, .stats, .slo), part of the format.
+# Values of the result (replayer.judge.run_fidelity, .stats, .slo), part of the format.
 _CHECK_FAIL = "fail"
 _REGRESSION, _INCONCLUSIVE = "regression", "inconclusive"
 _NOT_JUDGED = {  # latency verdicts that neither pass nor fail: JUnit's skipped, with why

@@ -218,7 +218,7 @@ class RunInfo:
     preflight: dict[str, Any] | None = None  # since 1.3: the target checked before the clock; null: skipped
     # since 1.4: warm-up, measured window and soak loops (planned, completed); replayer.plan.phases
     phases: dict[str, Any] | None = None
-    # since 1.4, multi-host replays (replayer.plan.host_shards, replayer.host_clock): what identifies the
+    # since 1.4, multi-host replays (replayer.plan.host_shards, replayer.launch.host_clock): what identifies the
     # trace's rows, this shard's plan, the host clock at arm and end; a merged run's hosts
     trace_fingerprint: str | None = None
     shard_plan: dict[str, Any] | None = None

@@ -14,7 +14,7 @@ from llmreplay.http_headers import parse_env_headers, parse_headers
 from llmreplay.options import duration, factor, http_url, option
 from llmreplay.prometheus.config import ObserveConfig
 from llmreplay.tokenizers import DEFAULT_TOKENIZER
-from replayer.compare.gate_limits import FidelityLimits, max_error_rate_field
+from replayer.judge.gate_limits import FidelityLimits, max_error_rate_field
 
 ENGINES = ("detect", *BY_NAME)  # llmreplay.engines: one row per engine
 NS_PER_S = 1_000_000_000
@@ -312,7 +312,7 @@ class ReplayConfig:
     server_metrics_interval_ns: int = 1 * NS_PER_S
     early_wake_ns: int = 1_000_000  # wake this early from the timer, then spin to the deadline
     warm_connections: int = 32  # keep-alive connections per worker, opened before the clock starts
-    # the run's own gate, as `report` judges it (replayer.compare.gate_limits)
+    # the run's own gate, as `report` judges it (replayer.judge.gate_limits)
     limits: FidelityLimits = field(default_factory=FidelityLimits)
     max_error_rate: float = max_error_rate_field()
     start_delay_ns: int = 500_000_000  # between "all workers ready" and offset 0 (connection warm-up)

@@ -29,8 +29,8 @@ from llmreplay.run_format import (
     write_run_info,
 )
 from llmreplay.tokenizers import DEFAULT_TOKENIZER
-from replayer.compare.trace_cache import read_trace_cache
 from replayer.config import SERVER_METRICS_OFF, ReplayConfig
+from replayer.judge.trace_cache import read_trace_cache
 from replayer.loop.http_pool import parse_endpoint
 from replayer.loop.process_memory import peak_rss_mb
 from replayer.loop.result_spool import partial_path
@@ -171,7 +171,7 @@ def _check_config(config: ReplayConfig, run_dir: Path) -> str:
     """What can be refused before the trace is read; returns the target's base URL."""
     refuse_used_run_dir(run_dir)
     if config.multihost.start_barrier is not None:  # unreachable: refused before anything is written
-        from replayer.start_barrier import check_barrier
+        from replayer.launch.barrier import check_barrier
 
         check_barrier(config.multihost.start_barrier)
     if config.workers < 1:

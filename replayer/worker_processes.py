@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from llmreplay.errors import BadInput
 from replayer.config import ReplayConfig
+from replayer.launch.start import arm_start, end_clock
 from replayer.loop.worker import STAT_SLOTS, WorkerJob, worker_main
 from replayer.plan.prepare import Prepared
-from replayer.shared_start import arm_start, end_clock
 
 if TYPE_CHECKING:
     from replayer.results.server_metrics import MetricsScraper
@@ -39,7 +39,7 @@ class Execution:
     workers: list[dict]
     scraper: MetricsScraper | None
     scraper_info: dict | None
-    clock: dict | None = None  # a multi-host run's host clock at arm and end (replayer.shared_start)
+    clock: dict | None = None  # a multi-host run's host clock at arm and end (replayer.launch.start)
 
 
 class _Workers:

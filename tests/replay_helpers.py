@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
+from llmreplay.run_format import RESULT_SCHEMA
 from llmreplay.trace_format import TraceMeta, TraceRecord
 from llmreplay.trace_io import write_trace
 
@@ -97,3 +100,37 @@ def run_replays_concurrently(jobs, timeout_s: float = 120) -> list[subprocess.Co
                 proc.kill()
                 proc.wait()
     return done
+
+
+RESULTS_T0 = datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC)
+
+
+def results_table(n: int, **values) -> pa.Table:
+    """n sent, successful requests (1 ms lag); `values` overrides columns for every row."""
+    rows = []
+    for i in range(n):
+        row = {name: None for name in RESULT_SCHEMA.names}
+        row.update(
+            request_id=f"r{i}",
+            source_request_id=f"r{i}",
+            turn_index=0,
+            copy_index=0,
+            worker=0,
+            arrival_time=RESULTS_T0,
+            endpoint="chat_completions",
+            stream=True,
+            tools_count=0,
+            structured_output="none",
+            scheduled_offset_ns=i * 1_000_000,
+            sent_offset_ns=i * 1_000_000 + 1_000_000,
+            dispatch_lag_ns=1_000_000,
+            session_wait_ns=0,
+            http_status=200,
+            ttft_ns=5_000_000,
+            e2e_ns=20_000_000,
+            completion_tokens=4,
+            recorded_completion_tokens=4,
+        )
+        row.update(values)
+        rows.append(row)
+    return pa.Table.from_pylist(rows, schema=RESULT_SCHEMA)

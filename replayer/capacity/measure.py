@@ -10,16 +10,15 @@ from dataclasses import dataclass
 import numpy as np
 
 import replayer.capacity.noise as noise
-import replayer.compare.slo as compare_slo
-import replayer.compare.stats as compare_stats
+import replayer.judge.slo as judge_slo
+import replayer.judge.stats as judge_stats
 from llmreplay.metrics import success_mask
-from replayer.compare import run_fidelity
-from replayer.compare.config import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, CONFIDENCE
-from replayer.compare.error_gate import error_counts
-from replayer.compare.gate_limits import FidelityLimits
 from replayer.compare.inputs import Side
 from replayer.compare.latency import samples
 from replayer.compare.requests import RequestColumns, build_requests
+from replayer.judge import run_fidelity
+from replayer.judge.error_gate import error_counts
+from replayer.judge.gate_limits import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, CONFIDENCE, FidelityLimits
 
 SHOWN_METRICS = ("ttft", "ttfo", "tpot", "e2e")
 SHOWN_PERCENTILES = (50, 95, 99)
@@ -47,12 +46,12 @@ def measure(side: Side, clock: Clock, slos: tuple, limits: FidelityLimits, max_e
     everyone = np.ones(len(req), dtype=bool)
     offered = _offered(req, clock.seconds)
     achieved = _achieved(side, req, clock)
-    meets = compare_slo.meets_slos(req.success, req.latency_ns, list(slos))
-    good = compare_slo.goodput(meets, req.counted, clock.seconds)
+    meets = judge_slo.meets_slos(req.success, req.latency_ns, list(slos))
+    good = judge_slo.goodput(meets, req.counted, clock.seconds)
     share = good["share"] if good["share"] is not None else 0.0
     good["served_per_s"] = achieved["requests_per_s"] * share
     good["served_se_per_s"] = achieved["se_per_s"] * share
-    rng = compare_stats.make_rng(BOOTSTRAP_SEED)
+    rng = judge_stats.make_rng(BOOTSTRAP_SEED)
     sample = samples(req, np.arange(len(req)), everyone)
     lag_p99_ms, bound_reason = _client_bound(side, req, limits)
     rate = achieved["requests_per_s"]
@@ -81,7 +80,7 @@ def cold_start(side: Side) -> dict:
         return {"requests": 0, "ttft_p50_ms": None, "ttft_p95_ms": None}
     ttft = warm.column("ttft_ns").to_numpy(zero_copy_only=False).astype(float)
     ttft = np.sort(ttft[success_mask(warm) & np.isfinite(ttft)])
-    p50, p95 = (compare_stats.sorted_quantile(ttft, q) for q in (0.5, 0.95))
+    p50, p95 = (judge_stats.sorted_quantile(ttft, q) for q in (0.5, 0.95))
     return {
         "requests": int(warm.num_rows),
         "ttft_p50_ms": None if p50 is None else p50 / 1e6,
@@ -156,10 +155,10 @@ def _kept_up(row: dict, req: RequestColumns) -> tuple[bool, str | None]:
 
 
 def _interval(sorted_values: np.ndarray, q: float, rng, effective_n: int | None = None) -> dict:
-    value = compare_stats.sorted_quantile(sorted_values, q)
+    value = judge_stats.sorted_quantile(sorted_values, q)
     if value is None:
         return {"value_ms": None, "ci_low_ms": None, "ci_high_ms": None}
-    draws = compare_stats.bootstrap_quantile(sorted_values, q, BOOTSTRAP_DRAWS, rng, effective_n)
+    draws = judge_stats.bootstrap_quantile(sorted_values, q, BOOTSTRAP_DRAWS, rng, effective_n)
     tail = (1 - CONFIDENCE) / 2 * 100
     low, high = np.percentile(draws, [tail, 100 - tail])
     return {"value_ms": value / 1e6, "ci_low_ms": float(low) / 1e6, "ci_high_ms": float(high) / 1e6}
@@ -174,15 +173,15 @@ def _percentiles(sorted_values: np.ndarray, rng) -> dict:
 
 def _slo_row(slo, sample, rng) -> dict:
     """The SLO's percentile and its CI; it passes only when the CI's upper bound is within the threshold."""
-    per_gap = slo.metric not in compare_slo.GOODPUT_METRICS
+    per_gap = slo.metric not in judge_slo.GOODPUT_METRICS
     cell = _interval(
         sample.sorted[slo.metric], slo.percentile / 100, rng, sample.itl_requests if per_gap else None
     )
     threshold_ms = slo.threshold_ns / 1e6
     if cell["ci_high_ms"] is None:
-        verdict = compare_slo.NO_DATA
+        verdict = judge_slo.NO_DATA
     else:
-        verdict = compare_slo.PASS if cell["ci_high_ms"] <= threshold_ms else compare_slo.BREACH
+        verdict = judge_slo.PASS if cell["ci_high_ms"] <= threshold_ms else judge_slo.BREACH
     return {
         "slo": slo.text,
         "metric": slo.metric,
@@ -208,7 +207,7 @@ def _errors(req: RequestColumns, measured: np.ndarray, max_error_rate: float) ->
 
 def _client_bound(side: Side, req: RequestColumns, limits: FidelityLimits) -> tuple[float | None, str | None]:
     """(dispatch-lag p99 ms, why the client was the limit or None), over the whole run: the run's own
-    dispatch-lag check (replayer.compare.run_fidelity), and requests shed by --max-inflight."""
+    dispatch-lag check (replayer.judge.run_fidelity), and requests shed by --max-inflight."""
     never_attempted, stop_reason = run_fidelity.completeness(side.config)
     facts = run_fidelity.run_facts(side.table, never_attempted, stop_reason)
     checks = run_fidelity.run_checks("step", facts, limits)
@@ -230,7 +229,7 @@ def _verdict(row: dict, stop_reason: str | None) -> tuple[str, list[str]]:
     reasons = [
         f"{s['slo']}: upper bound {_ms(s['ci_high_ms'])}"
         for s in row["slos"]
-        if s["verdict"] != compare_slo.PASS
+        if s["verdict"] != judge_slo.PASS
     ]
     if row["errors"]["over_limit"]:
         reasons.append(f"error rate {row['errors']['rate']:.1%}")

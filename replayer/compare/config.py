@@ -8,18 +8,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmreplay.options import duration, option, share
-from replayer.compare.gate_limits import ERROR_RATE_TOLERANCE, FidelityLimits, max_error_rate_field
+from replayer.judge.gate_limits import (
+    BOOTSTRAP_DRAWS,
+    BOOTSTRAP_SEED,
+    CONFIDENCE,
+    ERROR_RATE_TOLERANCE,
+    FidelityLimits,
+    max_error_rate_field,
+)
 
-BOOTSTRAP_DRAWS = 10_000  # cheap: each replicate is O(1) (see stats.bootstrap_quantile)
-BOOTSTRAP_SEED = 20240607
-CONFIDENCE = 0.95
 REPORT_FIELDS = frozenset(  # report has no baseline
     {"slos", "max_dispatch_lag_p99_ns", "max_cached_share_difference", "max_error_rate"}
 )
 
 
 def parse_slos(texts: tuple[str, ...], flag: str) -> tuple:
-    from replayer.compare.slo import parse_slo
+    from replayer.judge.slo import parse_slo
 
     return tuple(parse_slo(text) for text in texts)
 

@@ -13,20 +13,20 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-import replayer.compare.stats as compare_stats
+import replayer.judge.stats as judge_stats
 from llmreplay.engines import BY_NAME
 from llmreplay.run_format import SERVER_METRICS_FILE
-from replayer.compare.server_metrics import engine_series
+from replayer.results.server_series import engine_series
 
 DRIFT_METRICS = ("ttft", "tpot", "e2e")
 DRIFT_PERCENTILES = ("p50", "p95", "p99")
 # A compare verdict of the last loop against the first, as a drift verdict.
 DRIFT_WORDS = {
-    compare_stats.REGRESSION: "drifted_up",
-    compare_stats.NO_CHANGE: "stable",
-    compare_stats.IMPROVEMENT: "improved",
-    compare_stats.INCONCLUSIVE: "inconclusive",
-    compare_stats.NO_DATA: "no_data",
+    judge_stats.REGRESSION: "drifted_up",
+    judge_stats.NO_CHANGE: "stable",
+    judge_stats.IMPROVEMENT: "improved",
+    judge_stats.INCONCLUSIVE: "inconclusive",
+    judge_stats.NO_DATA: "no_data",
 }
 TREND_ROLES = ("kv_cache_usage", "waiting", "running")  # engine-table roles (llmreplay.engines)
 PROCESS_MEMORY_METRIC = "process_resident_memory_bytes"  # the Prometheus client's; engines that expose it

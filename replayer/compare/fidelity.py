@@ -1,16 +1,23 @@
 """Did the two sides carry the same traffic (requests, mix, arrival times, load)? Checked before any
-latency verdict is trusted; a run's own checks are replayer.compare.run_fidelity's, in the same
+latency verdict is trusted; a run's own checks are replayer.judge.run_fidelity's, in the same
 plain dicts. Any `fail` makes the comparison exit 1."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from replayer.compare.gate_limits import FidelityLimits
 from replayer.compare.requests import RequestColumns
-from replayer.compare.run_fidelity import FAIL, OK, WARN, cached_share, cached_share_check, check_row
+from replayer.judge.gate_limits import FidelityLimits
+from replayer.judge.run_fidelity import (
+    FAIL,
+    LOAD_CHECK,
+    OK,
+    WARN,
+    cached_share,
+    cached_share_check,
+    check_row,
+)
 
-LOAD_CHECK = "same load (speed, scale)"
 CACHE_BLOCK_TOKENS = 16  # one engine KV-cache block: cached counts closer than this are the same hit
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import replayer.compare.paired as compare_paired
-import replayer.compare.stats as compare_stats
+import replayer.judge.stats as judge_stats
 from llmreplay.metrics import GATING, METRICS, PERCENTILES, LatencyMetric
 from replayer.compare.config import CellSettings
 from replayer.compare.requests import RequestColumns
@@ -59,7 +59,7 @@ def few_samples(count: int, percentile: float) -> bool:
 def distribution(values_sorted: np.ndarray, qs: tuple[int, ...] = PERCENTILES) -> dict:
     out: dict = {"count": int(values_sorted.size)}
     for q in qs:
-        value = compare_stats.sorted_quantile(values_sorted, q / 100)
+        value = judge_stats.sorted_quantile(values_sorted, q / 100)
         out[f"p{q}_ms"] = None if value is None else value / 1e6
     out["few_samples"] = [f"p{q}" for q in qs if values_sorted.size and few_samples(values_sorted.size, q)]
     return out
@@ -87,15 +87,15 @@ def latency_rows(
             for q, cell in row["comparison"].items():
                 cell["few_samples"] = q in row["baseline"]["few_samples"] or q in row[c_label]["few_samples"]
                 if cell["few_samples"] and cell["verdict"] in _SIGNIFICANT:
-                    cell["verdict"] = compare_stats.INCONCLUSIVE
+                    cell["verdict"] = judge_stats.INCONCLUSIVE
         rows[name] = row
     return rows
 
 
-_SIGNIFICANT = (compare_stats.REGRESSION, compare_stats.IMPROVEMENT)  # what few samples cannot show
+_SIGNIFICANT = (judge_stats.REGRESSION, judge_stats.IMPROVEMENT)  # what few samples cannot show
 _FLIPPED = {
-    compare_stats.REGRESSION: compare_stats.IMPROVEMENT,
-    compare_stats.IMPROVEMENT: compare_stats.REGRESSION,
+    judge_stats.REGRESSION: judge_stats.IMPROVEMENT,
+    judge_stats.IMPROVEMENT: judge_stats.REGRESSION,
 }
 
 
@@ -119,14 +119,14 @@ def _comparison(
     )
     cells = {}
     for q, level in zip(metric.percentiles, qs, strict=True):
-        estimate = compare_stats.ratio_estimate(
+        estimate = judge_stats.ratio_estimate(
             b.sorted[name], c.sorted[name], level, draws[level], settings.confidence
         )
-        verdict = compare_stats.latency_verdict(estimate, settings.tolerance)
+        verdict = judge_stats.latency_verdict(estimate, settings.tolerance)
         if not metric.lower_is_better:
             verdict = _FLIPPED.get(verdict, verdict)
-        if settings.refused and verdict != compare_stats.NO_DATA:
-            verdict = compare_stats.DIFFERENT_LOAD
+        if settings.refused and verdict != judge_stats.NO_DATA:
+            verdict = judge_stats.DIFFERENT_LOAD
         cells[f"p{q}"] = {
             "ratio": estimate.ratio,
             "ci_low": estimate.ci_low,

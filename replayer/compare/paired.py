@@ -157,7 +157,7 @@ def paired_quantile_draws(
 ) -> np.ndarray:
     """Replicates of the q-quantile of one side, from the given normals (see the module docstring).
 
-    Same law as replayer.compare.stats.bootstrap_quantile: the linear percentile of a resample is
+    Same law as replayer.judge.stats.bootstrap_quantile: the linear percentile of a resample is
     read between two neighbouring order statistics; `effective_n` counts correlated values (pooled
     ITL gaps) once per request."""
     n = sorted_values.size

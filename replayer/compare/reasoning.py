@@ -1,16 +1,11 @@
-"""How much of the output was reasoning, per side, and the finding when the split moved between sides.
-
-A staging engine that reasons longer answers later (TTFO) with the same number of output tokens: the
-TTFO verdict says what it costs, this finding says why. It is reported, never a failure by itself.
-"""
+"""How much of the output was reasoning, per side (the verdict's finding when it moved:
+replayer.judge.verdict.share_moved)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from replayer.compare.requests import RequestColumns
-
-SHARE_MOVED = 0.05  # of the output tokens: a smaller change is not reported
 
 
 def reasoning_share(requests: RequestColumns) -> float | None:
@@ -20,11 +15,3 @@ def reasoning_share(requests: RequestColumns) -> float | None:
     )
     total = float(np.sum(requests.completion_tokens[known]))
     return float(np.sum(requests.reasoning_tokens[known])) / total if total > 0 else None
-
-
-def share_moved(sides: dict) -> str | None:
-    """'reasoning share of output 17% -> 33%' when the two sides' shares differ by SHARE_MOVED or more."""
-    baseline, candidate = (side.get("reasoning_share") for side in sides.values())
-    if baseline is None or candidate is None or abs(candidate - baseline) < SHARE_MOVED:
-        return None
-    return f"reasoning share of output {baseline:.0%} -> {candidate:.0%}"

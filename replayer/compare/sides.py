@@ -1,7 +1,7 @@
 """Two sides (trace or run) compared, or one summarized, as a JSON-ready dict: pure over loaded tables.
 
 Exit status: 0 nothing failed; 1 a regression, an SLO breach, too many errors, an unfaithful or
-interrupted replay, or different loads (the verdict is replayer.compare.verdict's).
+interrupted replay, or different loads (the verdict is replayer.judge.verdict's).
 """
 
 from __future__ import annotations
@@ -16,17 +16,16 @@ import replayer.compare.drift as compare_drift
 import replayer.compare.fidelity as compare_fidelity
 import replayer.compare.load as compare_load
 import replayer.compare.paired as compare_paired
-import replayer.compare.slo as compare_slo
-import replayer.compare.stats as compare_stats
+import replayer.judge.slo as judge_slo
+import replayer.judge.stats as judge_stats
 from llmreplay.errors import BadInput
 from llmreplay.metrics import GATING, METRICS
 from llmreplay.run_format import stated_load
-from replayer.compare import run_fidelity, time_blocks
+from replayer.compare import time_blocks
 from replayer.compare.apis import api_section
 from replayer.compare.buckets import buckets_section
 from replayer.compare.cold_start import cold_mask, cold_start_section
 from replayer.compare.config import CompareConfig
-from replayer.compare.error_gate import commonest_messages, engine_error_mask, error_counts, error_rate_check
 from replayer.compare.inputs import RUN, TRACE, Side, shift_latencies
 from replayer.compare.latency import Samples, latency_rows, sample_warnings, samples
 from replayer.compare.reasoning import reasoning_share
@@ -38,9 +37,11 @@ from replayer.compare.requests import (
     side_load,
     time_scale,
 )
-from replayer.compare.server_metrics import run_server_metrics
-from replayer.compare.trace_cache import run_trace_cache
-from replayer.compare.verdict import verdict
+from replayer.judge import run_fidelity
+from replayer.judge.error_gate import commonest_messages, engine_error_mask, error_counts, error_rate_check
+from replayer.judge.trace_cache import run_trace_cache
+from replayer.judge.verdict import verdict
+from replayer.results.server_series import run_server_metrics
 
 CDF_POINTS = 201
 PAIRED_RATIO_PERCENTILES = (1, 10, 50, 90, 99)
@@ -64,7 +65,7 @@ def compare_sides(baseline: Side, candidate: Side, config: CompareConfig) -> dic
         "drift": _drifts([baseline, candidate], config),
     }
     baseline, candidate, common = _restrict_to_common(baseline, candidate)
-    rng = compare_stats.make_rng(config.seed)
+    rng = judge_stats.make_rng(config.seed)
     b_req, c_req = build_requests(baseline), build_requests(candidate)
     apis = api_section(b_req.endpoint, c_req.endpoint, config.allow_different_api, candidate.label)
     b_scale, c_scale = time_scale(baseline, b_req), time_scale(candidate, c_req)
@@ -144,7 +145,7 @@ def summarize_side(side: Side, config: CompareConfig) -> dict:
     """The report of one run (or trace) without a baseline: same sections, no latency verdicts."""
     req = build_requests(side)
     scale = time_scale(side, req)
-    rng = compare_stats.make_rng(config.seed)
+    rng = judge_stats.make_rng(config.seed)
     clusters = np.arange(len(req))
     everything = samples(req, clusters)
     checks = _run_checks(side, config)
@@ -220,7 +221,7 @@ def soak_drift(side: Side, config: CompareConfig) -> dict | None:
     dependence = _dependence(b_req, c_req, *_paired_indices(b_req, c_req))
     b_clusters, c_clusters, clusters = _blocks(first, last, b_req, c_req, dependence)
     cells = dataclasses.replace(config.cells(), block_requests=dependence.block_requests)
-    rng = compare_stats.make_rng(config.seed)
+    rng = judge_stats.make_rng(config.seed)
     counts = _shared_resamples(clusters, config, rng)
     b_all, c_all = samples(b_req, b_clusters), samples(c_req, c_clusters)
     latency = latency_rows(b_all, c_all, clusters, cells, rng, last.label, counts)
@@ -240,7 +241,7 @@ def soak_drift(side: Side, config: CompareConfig) -> dict | None:
 
 
 def _run_checks(side: Side, config: CompareConfig, cache_vs_trace: bool = True) -> list[dict]:
-    """replayer.compare.run_fidelity's checks of a replay run, as `replay` itself made them (against
+    """replayer.judge.run_fidelity's checks of a replay run, as `replay` itself made them (against
     the trace run.json names, when it is still there); none for a trace."""
     if side.kind != RUN:
         return []
@@ -253,7 +254,7 @@ def _run_checks(side: Side, config: CompareConfig, cache_vs_trace: bool = True) 
 
 def _fidelity(checks: list[dict]) -> dict:
     unfaithful = any(
-        c["status"] == run_fidelity.FAIL and c["check"] != compare_fidelity.LOAD_CHECK for c in checks
+        c["status"] == run_fidelity.FAIL and c["check"] != run_fidelity.LOAD_CHECK for c in checks
     )
     return {"checks": checks, "unfaithful": unfaithful}
 
@@ -379,14 +380,14 @@ def _errors_section(
     if b_req is not None:
         out["baseline"] = _error_side(b_req)
         b, c = out["baseline"], out[c_label]
-        estimate = compare_stats.proportion_difference(
+        estimate = judge_stats.proportion_difference(
             b["engine_errors"], b["counted"], c["engine_errors"], c["counted"], rng
         )
         out["comparison"] = {
             "difference": estimate.difference,
             "ci_low": estimate.ci_low,
             "ci_high": estimate.ci_high,
-            "verdict": compare_stats.rate_verdict(estimate, config.error_rate_tolerance),
+            "verdict": judge_stats.rate_verdict(estimate, config.error_rate_tolerance),
         }
     return out
 
@@ -429,13 +430,13 @@ def _paired_section(b: RequestColumns, c: RequestColumns, common_b, common_c, co
 def _goodput(req: RequestColumns, config: CompareConfig) -> dict | None:
     if not config.slos:
         return None
-    meets = compare_slo.meets_slos(req.success, req.latency_ns, list(config.slos))
-    return compare_slo.goodput(meets, req.counted, own_duration_s(req))
+    meets = judge_slo.meets_slos(req.success, req.latency_ns, list(config.slos))
+    return judge_slo.goodput(meets, req.counted, own_duration_s(req))
 
 
 def _slo_section(b: Samples | None, c: Samples, config: CompareConfig) -> list[dict]:
     return [
-        compare_slo.slo_verdict(slo, c.sorted[slo.metric], None if b is None else b.sorted[slo.metric])
+        judge_slo.slo_verdict(slo, c.sorted[slo.metric], None if b is None else b.sorted[slo.metric])
         for slo in config.slos
     ]
 

@@ -44,7 +44,7 @@ def barrier(**values):
 
     Exits 0 once every shard has reported done, 1 on --timeout.
     """
-    from replayer.start_barrier import BarrierState, serve_barrier
+    from replayer.launch.barrier import BarrierState, serve_barrier
 
     config = options.build(BarrierConfig, values)
     state = BarrierState(shards=config.shards, lead_ns=config.lead_ns)

@@ -135,8 +135,8 @@ def replay_on_ray(config, argv: list[str], console) -> tuple[int, Path, dict]:
     """`replay --ray ADDRESS --shards N -o DIR`: shards on N nodes under DIR/shards/, merged into DIR;
     returns the exit code, DIR and the merged run's summary."""
     from replayer.coordinator import refuse_used_run_dir
+    from replayer.launch.barrier import BarrierState, serve_barrier
     from replayer.results.merge_runs import load_shard_runs, write_merged_run
-    from replayer.start_barrier import BarrierState, serve_barrier
 
     multihost = config.multihost
     if multihost.shard is not None or multihost.start_at_ns is not None or multihost.start_barrier:

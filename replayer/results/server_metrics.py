@@ -1,6 +1,6 @@
 """Scrape the target's Prometheus endpoint once a second during a run (a thread of the coordinator,
 never a worker's event loop) into server_metrics.parquet; the engine table's names read the samples
-for run.json's summary (replayer.compare.server_metrics, which also reads them for the reports).
+for run.json's summary (replayer.results.server_series, which also reads them for the reports).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from llmreplay.bounded_read import MAX_ANSWER_BYTES, fetch
 from llmreplay.engines import PrometheusNames
 from llmreplay.probe_ids import probe_headers
 from llmreplay.trace_arrow import TIMESTAMP_TYPE
-from replayer.compare.server_metrics import engine_series, series_summary
 from replayer.results.merge import write_parquet_atomic
+from replayer.results.server_series import engine_series, series_summary
 
 MAX_METRICS_BYTES = MAX_ANSWER_BYTES  # one scrape's answer; past it the scrape is a counted failure
 MIN_SCRAPE_TIMEOUT_S = 0.2

@@ -1,6 +1,6 @@
 """The end-of-run summary: latency percentiles (from the send and from the schedule), throughput,
 errors by kind with their commonest messages, and the run's verdict — the same checks `report`
-makes (replayer.compare.run_fidelity, replayer.compare.error_gate, replayer.compare.verdict). Pure over the results
+makes (replayer.judge.run_fidelity, replayer.judge.error_gate, replayer.judge.verdict). Pure over the results
 table, plus printers; `--quiet` prints the verdict line alone.
 """
 
@@ -23,11 +23,11 @@ from llmreplay.metrics import (
     percentiles,
     success_mask,
 )
-from replayer.compare import run_fidelity
-from replayer.compare.error_gate import commonest_messages, engine_error_mask, error_counts, error_rate_check
-from replayer.compare.gate_limits import MAX_ERROR_RATE, FidelityLimits
-from replayer.compare.trace_cache import TraceCache
-from replayer.compare.verdict import verdict
+from replayer.judge import run_fidelity
+from replayer.judge.error_gate import commonest_messages, engine_error_mask, error_counts, error_rate_check
+from replayer.judge.gate_limits import MAX_ERROR_RATE, FidelityLimits
+from replayer.judge.trace_cache import TraceCache
+from replayer.judge.verdict import verdict
 from replayer.results.percentiles import streamed_percentiles
 from replayer.results.prompt_lengths import print_prompt_lengths
 
@@ -110,7 +110,7 @@ def summarize(
 ) -> dict:
     """Everything the summary prints, as JSON-able values (ms for times). `never_attempted`: planned
     requests without a row (the run stopped before their time); `itl_ms`: see
-    llmreplay.metrics.latency_summary_ms; `trace`, `load`: as replayer.compare.run_fidelity.run_facts takes."""
+    llmreplay.metrics.latency_summary_ms; `trace`, `load`: as replayer.judge.run_fidelity.run_facts takes."""
     limits = limits or FidelityLimits()
     sent = pc.is_valid(table.column("sent_offset_ns"))
     sent_table = table.filter(sent)

@@ -56,7 +56,7 @@ def test_the_golden_result_has_the_keys_compare_writes_today(tmp_path):
     from replayer.compare.config import CompareConfig
     from replayer.compare.inputs import load_side
     from replayer.compare.sides import compare_sides
-    from replayer.compare.slo import parse_slo
+    from replayer.judge.slo import parse_slo
 
     run = ROOT / "samples" / "golden" / "run-v1.4"
     config = CompareConfig(slos=(parse_slo("ttft_p95<=50ms"), parse_slo("e2e_p99<=20s")))

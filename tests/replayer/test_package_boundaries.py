@@ -15,17 +15,18 @@ from import_footprint import heavy_modules_loaded
 
 ROOT = Path(__file__).resolve().parents[2]
 REPLAYER = ROOT / "replayer"
-PACKAGES = ("plan", "loop", "results", "compare", "report", "capacity")
+PACKAGES = ("plan", "loop", "results", "judge", "compare", "report", "capacity")
 HEAVY = ("numpy", "pyarrow", "tokenizers", "tiktoken", "mistral_common", "faker", "pandas")
 
 # room -> the modules of other replayer rooms it may import ("plan.*": the whole room).
 ALLOWED = {
     "loop": {"plan.arrays", "plan.sessions"},
     "plan": {"config", "loop.request_file", "loop.answer_echo", "loop.process_memory", "loop.http_pool"},
-    "results": {"plan.*", "loop.*", "compare.*"},
-    "compare": {"report.*"},
+    "results": {"plan.*", "loop.*", "judge.*"},
+    "judge": set(),  # gate limits, error gate, run fidelity, SLOs, statistics, verdict: below all who judge
+    "compare": {"report.*", "judge.*", "results.server_series"},
     "report": set(),
-    "capacity": {"compare.*", "report.*", "config", "coordinator"},
+    "capacity": {"compare.*", "report.*", "judge.*", "results.server_series", "config", "coordinator"},
 }
 # room -> the composition root's modules it may import (capacity runs whole replays, like the CLI).
 ROOT_DOORS = {"capacity": {"replayer.coordinator"}}

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from replayer.compare.fidelity import _cached_share_check
-from replayer.compare.gate_limits import FidelityLimits
+from replayer.judge.gate_limits import FidelityLimits
 
 NAN = np.nan
 

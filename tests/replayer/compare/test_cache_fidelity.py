@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from replay_helpers import results_table as table
 from test_cache_check import side
-from test_replay_verdict import table
 
 from replayer.compare.fidelity import CACHE_BLOCK_TOKENS, _cached_share_check, cached_token_pairs
-from replayer.compare.gate_limits import FidelityLimits
-from replayer.compare.run_fidelity import (
+from replayer.judge.gate_limits import FidelityLimits
+from replayer.judge.run_fidelity import (
     RunFacts,
     prefix_reuse_check,
     prefix_reuse_gaps_s,
     run_checks,
 )
-from replayer.compare.trace_cache import read_trace_cache, trace_cache
+from replayer.judge.trace_cache import read_trace_cache, trace_cache
 from replayer.report.terminal import cache_lines
 from replayer.results.summary import summarize
 

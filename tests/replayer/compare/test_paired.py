@@ -17,7 +17,7 @@ from replayer.compare.paired import (
     score_correlation,
     weighted_quantiles,
 )
-from replayer.compare.stats import make_rng
+from replayer.judge.stats import make_rng
 
 
 def test_weighted_quantile_is_numpys_percentile_of_the_resampled_multiset():

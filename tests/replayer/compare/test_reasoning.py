@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from compare_fixtures import Shape, copy_run_with, latencies_ns, write_run
 
 from llmreplay.cli import cli
-from replayer.compare.reasoning import share_moved
+from replayer.judge.verdict import share_moved
 
 SHAPE = Shape(n=200, seed=4, interval_ms=10.0)
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from llmreplay.engines import BY_NAME
-from replayer.compare.server_metrics import engine_series, series_summary
 from replayer.results.server_metrics import parse_prometheus
+from replayer.results.server_series import engine_series, series_summary
 
 
 def scrape(offset_ns: int, text: str) -> list[tuple]:

@@ -10,7 +10,7 @@ from collections import Counter
 
 import numpy as np
 
-from replayer.compare.run_fidelity import FAIL, OK
+from replayer.judge.run_fidelity import FAIL, OK
 
 CLIENT_SIDE_ERRORS = frozenset({"cancelled", "client_disconnected", "shed_by_client", "shutdown"})
 TOP_MESSAGES = 5

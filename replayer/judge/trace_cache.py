@@ -1,6 +1,6 @@
 """Production's side of a run's prefix-cache checks, read from the trace the run replayed: per request
 its prompt, cached and cache-write tokens, whether it succeeded, its arrival and its first prefix-block
-hash (replayer.compare.run_fidelity judges them). Only these columns are read, in batches: a content
+hash (replayer.judge.run_fidelity judges them). Only these columns are read, in batches: a content
 trace's text never is, and of the prefix hashes only the first is kept."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from llmreplay.errors import BadInput
 from replayer.config import START_AT_PAST_NS, MultiHostConfig
-from replayer.host_clock import clock_report, wall_ns
+from replayer.launch.host_clock import clock_report, wall_ns
 
 LATE_TOLERANCE_NS = START_AT_PAST_NS  # a shared start this far past already: the host would start behind the others
 
@@ -19,7 +19,7 @@ LATE_TOLERANCE_NS = START_AT_PAST_NS  # a shared start this far past already: th
 class Armed:
     start_mono_ns: int  # time.perf_counter_ns() of offset 0
     start_unix_ns: int
-    clock_arm: dict | None  # replayer.host_clock.clock_report, for a multi-host run
+    clock_arm: dict | None  # replayer.launch.host_clock.clock_report, for a multi-host run
 
 
 def arm_start(multihost: MultiHostConfig, start_delay_ns: int) -> Armed:
@@ -30,7 +30,7 @@ def arm_start(multihost: MultiHostConfig, start_delay_ns: int) -> Armed:
     clock_arm = clock_report(_time_url(multihost))
     if multihost.start_barrier is not None:
         shard, shards = multihost.shard or (0, 1)
-        from replayer.start_barrier import await_start
+        from replayer.launch.barrier import await_start
 
         start_unix_ns = await_start(
             multihost.start_barrier, shard, shards, socket.gethostname(), multihost.barrier_timeout_ns
@@ -52,7 +52,7 @@ def end_clock(multihost: MultiHostConfig, clock_arm: dict | None) -> dict | None
         return None
     clock = {"arm": clock_arm, "end": clock_report(_time_url(multihost))}
     if multihost.start_barrier is not None:
-        from replayer.start_barrier import report_done
+        from replayer.launch.barrier import report_done
 
         shard, shards = multihost.shard or (0, 1)
         report_done(multihost.start_barrier, shard, shards, socket.gethostname())

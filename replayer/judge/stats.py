@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replayer.compare.config import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, CONFIDENCE  # noqa: F401 (read here too)
+from replayer.judge.gate_limits import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, CONFIDENCE  # noqa: F401 (read here too)
 
 NO_CHANGE = "no_change"  # the whole CI inside the tolerance band
 REGRESSION = "regression"

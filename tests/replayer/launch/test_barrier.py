@@ -8,8 +8,8 @@ import time
 import pytest
 
 from llmreplay.errors import BadInput
-from replayer.host_clock import clock_report, kernel_clock, offset_against
-from replayer.start_barrier import BarrierState, await_start, serve_barrier
+from replayer.launch.barrier import BarrierState, await_start, serve_barrier
+from replayer.launch.host_clock import clock_report, kernel_clock, offset_against
 
 MS = 1_000_000
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replayer.compare.stats import (
+from replayer.judge.stats import (
     IMPROVEMENT,
     INCONCLUSIVE,
     NO_CHANGE,

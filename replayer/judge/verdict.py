@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import statistics
 
-import replayer.compare.slo as compare_slo
-import replayer.compare.stats as compare_stats
+import replayer.judge.slo as judge_slo
+import replayer.judge.stats as judge_stats
 from llmreplay.metrics import BY_NAME, GATING
-from replayer.compare.fidelity import LOAD_CHECK
-from replayer.compare.reasoning import share_moved
-from replayer.compare.run_fidelity import FAIL
+from replayer.judge.run_fidelity import FAIL, LOAD_CHECK
 
+SHARE_MOVED = 0.05  # of the output tokens: a smaller change of the reasoning share is not reported
 SPREAD_FOR_APPROX = 1.10  # ratios within 10% of each other read as one "≈" number
 
 
@@ -28,7 +27,7 @@ def verdict(
     fail_on_inconclusive: bool = False,
     has_run: bool = True,
 ) -> dict:
-    """`mode`: compare, report or replay; `gate_checks`: the error-rate checks (replayer.compare.error_gate);
+    """`mode`: compare, report or replay; `gate_checks`: the error-rate checks (replayer.judge.error_gate);
     `latency`: replayer.compare.latency rows (compare only); `has_run`: some side is a replay run."""
     reasons, rows, parts, healthy = [], [], [], []
     unfaithful = [c for c in fidelity_checks if c["status"] == FAIL and c["check"] != LOAD_CHECK]
@@ -39,7 +38,7 @@ def verdict(
     if unfaithful:
         parts.append("replay not faithful: " + "; ".join(_named(c, mode) for c in unfaithful))
     for check in refused:
-        rows.append(_row(check["check"], "fidelity", compare_stats.DIFFERENT_LOAD, check["detail"]))
+        rows.append(_row(check["check"], "fidelity", judge_stats.DIFFERENT_LOAD, check["detail"]))
         reasons.append(
             f"latency not compared: {check['summary']}; pass --allow-different-load to compare anyway"
         )
@@ -67,11 +66,11 @@ def verdict(
         rows.append(
             _row("error rate change", "errors", error_comparison["verdict"], _change(error_comparison))
         )
-        if error_comparison["verdict"] == compare_stats.REGRESSION:
+        if error_comparison["verdict"] == judge_stats.REGRESSION:
             text = f"error rate up {_change(error_comparison)}"
             reasons.append(text)
             parts.append(text)
-        elif fail_on_inconclusive and error_comparison["verdict"] == compare_stats.INCONCLUSIVE:
+        elif fail_on_inconclusive and error_comparison["verdict"] == judge_stats.INCONCLUSIVE:
             text = f"error-rate change inconclusive, {_change(error_comparison)} (--fail-on-inconclusive)"
             reasons.append(text)
             parts.append(text)
@@ -110,9 +109,9 @@ def _slos(slos: list[dict], mode: str, reasons: list, rows: list) -> list[str]:
     for slo in slos:
         value = "n/a" if slo["candidate_ms"] is None else f"{slo['candidate_ms']:.1f} ms"
         rows.append(_row(slo["slo"], "slo", slo["verdict"], f"{value} vs limit {slo['threshold_ms']:g} ms"))
-        if slo["verdict"] != compare_slo.PASS:
+        if slo["verdict"] != judge_slo.PASS:
             reasons.append(f"SLO {slo['slo']}: {slo['verdict']}")
-            word = "breached" if slo["verdict"] == compare_slo.BREACH else "has no data"
+            word = "breached" if slo["verdict"] == judge_slo.BREACH else "has no data"
             parts.append(f"SLO {slo['slo']} {word} ({value})")
     if slos and not parts:
         parts.append("SLOs still met" if mode == "compare" else "SLOs met")
@@ -135,11 +134,11 @@ def _latency(latency: dict, tolerance: float, strict: bool) -> tuple[list[str], 
         for q in BY_NAME[metric].percentiles:
             cell = latency[metric]["comparison"][f"p{q}"]
             rows.append(_row(f"{metric} p{q}", "latency", cell["verdict"], ""))
-            if cell["verdict"] != compare_stats.NO_DATA:
+            if cell["verdict"] != judge_stats.NO_DATA:
                 judged += 1
             by_verdict.setdefault(cell["verdict"], {}).setdefault(metric, []).append((q, cell))
-    regressions = by_verdict.get(compare_stats.REGRESSION, {})
-    inconclusive = by_verdict.get(compare_stats.INCONCLUSIVE, {})
+    regressions = by_verdict.get(judge_stats.REGRESSION, {})
+    inconclusive = by_verdict.get(judge_stats.INCONCLUSIVE, {})
     for metric, cells in regressions.items():
         reasons.append(
             f"{metric} regressed at {_percentiles(cells)} ({_times([c['ratio'] for _, c in cells])}x)"
@@ -150,8 +149,8 @@ def _latency(latency: dict, tolerance: float, strict: bool) -> tuple[list[str], 
     parts = []
     if regressions:
         parts += _grouped(regressions, "slower", invert=False)
-    if by_verdict.get(compare_stats.IMPROVEMENT):
-        parts += _grouped(by_verdict[compare_stats.IMPROVEMENT], "faster", invert=True)
+    if by_verdict.get(judge_stats.IMPROVEMENT):
+        parts += _grouped(by_verdict[judge_stats.IMPROVEMENT], "faster", invert=True)
     count = sum(len(cells) for cells in inconclusive.values())
     if count and strict:
         parts.append(f"{count} of {judged} latency cells inconclusive (--fail-on-inconclusive)")
@@ -203,3 +202,13 @@ def _times(ratios: list[float]) -> str:
 
 def _number(value: float) -> str:
     return f"{value:.0f}" if value >= 10 else f"{value:.1f}" if value >= 2 else f"{value:.2f}"
+
+
+def share_moved(sides: dict) -> str | None:
+    """'reasoning share of output 17% -> 33%' when the two sides' shares differ by SHARE_MOVED or more:
+    a staging engine that reasons longer answers later (TTFO) with the same output tokens. Reported,
+    never a failure by itself."""
+    baseline, candidate = (side.get("reasoning_share") for side in sides.values())
+    if baseline is None or candidate is None or abs(candidate - baseline) < SHARE_MOVED:
+        return None
+    return f"reasoning share of output {baseline:.0%} -> {candidate:.0%}"

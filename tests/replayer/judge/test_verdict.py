@@ -3,54 +3,18 @@ unsent, "interrupted after N of M", and one line under --quiet."""
 
 from __future__ import annotations
 
-import datetime
 import io
 import json
 import signal
 import subprocess
 import time
 
-import pyarrow as pa
 import pytest
-from replay_helpers import ROOT, content_record, replay_cmd, run_info, write_content_trace
+from replay_helpers import ROOT, content_record, replay_cmd, results_table, run_info, write_content_trace
 from rich.console import Console
 
-from llmreplay.run_format import RESULT_SCHEMA
-from replayer.compare.gate_limits import FidelityLimits
+from replayer.judge.gate_limits import FidelityLimits
 from replayer.results.summary import print_summary, print_verdict, summarize
-
-T0 = datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC)
-
-
-def table(n: int, **values) -> pa.Table:
-    """n sent, successful requests (1 ms lag); `values` overrides columns for every row."""
-    rows = []
-    for i in range(n):
-        row = {name: None for name in RESULT_SCHEMA.names}
-        row.update(
-            request_id=f"r{i}",
-            source_request_id=f"r{i}",
-            turn_index=0,
-            copy_index=0,
-            worker=0,
-            arrival_time=T0,
-            endpoint="chat_completions",
-            stream=True,
-            tools_count=0,
-            structured_output="none",
-            scheduled_offset_ns=i * 1_000_000,
-            sent_offset_ns=i * 1_000_000 + 1_000_000,
-            dispatch_lag_ns=1_000_000,
-            session_wait_ns=0,
-            http_status=200,
-            ttft_ns=5_000_000,
-            e2e_ns=20_000_000,
-            completion_tokens=4,
-            recorded_completion_tokens=4,
-        )
-        row.update(values)
-        rows.append(row)
-    return pa.Table.from_pylist(rows, schema=RESULT_SCHEMA)
 
 
 def printed(printer, summary: dict) -> str:
@@ -60,7 +24,7 @@ def printed(printer, summary: dict) -> str:
 
 
 def test_interrupted_run_counts_the_requests_it_never_sent():
-    summary = summarize(table(48), never_attempted=12, stop_reason="interrupted")
+    summary = summarize(results_table(48), never_attempted=12, stop_reason="interrupted")
     assert summary["planned"] == 60 and summary["sent"] == 48
     assert summary["verdict"]["exit_code"] == 1
     assert summary["verdict"]["headline"] == (
@@ -73,13 +37,13 @@ def test_interrupted_run_counts_the_requests_it_never_sent():
 
 
 def test_complete_and_healthy_run_passes():
-    summary = summarize(table(20), stop_reason="completed")
+    summary = summarize(results_table(20), stop_reason="completed")
     assert summary["verdict"]["headline"] == "PASS: error rate 0.0% ≤ 1%; replay faithful"
     assert summary["verdict"]["exit_code"] == 0
 
 
 def test_every_request_failing_fails_the_replay():
-    failed = table(
+    failed = results_table(
         10, http_status=503, error_kind="http_5xx", error_detail='{"error": "overloaded"}', ttft_ns=None
     )
     summary = summarize(failed, stop_reason="completed")
@@ -94,7 +58,7 @@ def test_every_request_failing_fails_the_replay():
 
 
 def test_the_lag_limit_is_the_one_compare_uses():
-    late = table(20, dispatch_lag_ns=9_020_000)
+    late = results_table(20, dispatch_lag_ns=9_020_000)
     assert (
         "dispatch lag p99 9.02 ms > 5 ms" in summarize(late, stop_reason="completed")["verdict"]["headline"]
     )

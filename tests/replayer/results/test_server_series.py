@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from llmreplay.engines import BY_NAME
-from replayer.compare.server_metrics import CHART_POINTS, engine_series, report_series, run_server_metrics
 from replayer.results.server_metrics import MetricsScraper
+from replayer.results.server_series import CHART_POINTS, engine_series, report_series, run_server_metrics
 
 S = 1_000_000_000
 VLLM = BY_NAME["vllm"].metrics

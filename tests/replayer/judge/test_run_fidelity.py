@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from replayer.compare.gate_limits import FidelityLimits
-from replayer.compare.run_fidelity import FAIL, OK, run_checks, run_facts
+from replayer.judge.gate_limits import FidelityLimits
+from replayer.judge.run_fidelity import FAIL, OK, run_checks, run_facts
 
 MS = 1_000_000
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from llmreplay.errors import BadInput
-from replayer.compare.slo import Slo, goodput, meets_slos, parse_duration_ns, parse_slo, slo_verdict
+from replayer.judge.slo import Slo, goodput, meets_slos, parse_duration_ns, parse_slo, slo_verdict
 
 
 @pytest.mark.parametrize(

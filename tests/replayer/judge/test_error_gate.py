@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replayer.compare.error_gate import (
+from replayer.judge.error_gate import (
     MESSAGE_CHARS,
     commonest_messages,
     engine_error_mask,

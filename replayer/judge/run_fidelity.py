@@ -13,10 +13,11 @@ import pyarrow.compute as pc
 
 from llmreplay.metrics import success_mask
 from llmreplay.trace_arrow import float_values
-from replayer.compare.gate_limits import FidelityLimits
-from replayer.compare.trace_cache import TraceCache
+from replayer.judge.gate_limits import FidelityLimits
+from replayer.judge.trace_cache import TraceCache
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
+LOAD_CHECK = "same load (speed, scale)"  # a comparison's like-with-like check: refuses, never unfaithful
 COMPLETED = "completed"
 # Stop reasons of a run that did all it was asked to: the whole plan, or the plan up to --duration.
 FINISHED_REASONS = (COMPLETED, "duration")
@@ -75,7 +76,7 @@ def run_facts(
     load: dict | None = None,
 ) -> RunFacts:
     """The facts of a results table holding at least FACT_COLUMNS; `trace`: what production recorded
-    of the requests (replayer.compare.trace_cache); `load`: run.json's speed and scale (stated_load)."""
+    of the requests (replayer.judge.trace_cache); `load`: run.json's speed and scale (stated_load)."""
     sent = np.asarray(pc.is_valid(table.column("sent_offset_ns")).to_numpy(zero_copy_only=False), dtype=bool)
     names = table.column_names
     return RunFacts(

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 
 from llmreplay.options import duration, option, share
 
+BOOTSTRAP_DRAWS = 10_000  # cheap: each replicate is O(1) (see stats.bootstrap_quantile)
+BOOTSTRAP_SEED = 20240607
+CONFIDENCE = 0.95  # family-wise, over a comparison's judged latency cells
 MAX_ERROR_RATE = 0.01  # engine errors / requests counted, above it a run fails the gate
 ERROR_RATE_TOLERANCE = 0.01  # candidate - baseline error share that a significant increase must exceed
 DEFAULT_MAX_DISPATCH_LAG_NS = 5_000_000
