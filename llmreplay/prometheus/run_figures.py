@@ -50,6 +50,17 @@ def run_figures(run: dict) -> list[Figure]:
     """The families of run.json's summary; a figure the summary lacks (None) is left out."""
     summary = run.get("summary") or {}
     out = [
+        *_request_figures(summary),
+        *_latency_figures(summary.get("latency_ms") or {}),
+        *_pace_figures(run, summary),
+        *_verdict_figures(summary.get("verdict") or {}),
+    ]
+    return [figure for figure in out if figure.samples]
+
+
+def _request_figures(summary: dict) -> list[Figure]:
+    """Requests planned, sent and succeeded, and errors by kind: every kind, 0 when none."""
+    return [
         _one(
             "llmreplay_run_requests_planned",
             "gauge",
@@ -76,14 +87,22 @@ def run_figures(run: dict) -> list[Figure]:
         ),
         _one("llmreplay_run_error_ratio", "gauge", "Failed requests / requests.", summary.get("error_rate")),
     ]
-    latency = summary.get("latency_ms") or {}
+
+
+def _latency_figures(latency: dict) -> list[Figure]:
+    """Each latency metric the summary has, in LATENCIES' order."""
+    out = []
     for name in LATENCIES:
         if name in latency:
             out.extend(_latency(name, latency[name]))
+    return out
+
+
+def _pace_figures(run: dict, summary: dict) -> list[Figure]:
+    """Throughput, dispatch lag, span and the end's wall-clock time (seconds, base units)."""
     throughput = summary.get("throughput") or {}
     lag = summary.get("dispatch_lag_ms") or {}
-    verdict = summary.get("verdict") or {}
-    out += [
+    return [
         _one(
             "llmreplay_run_throughput_requests_per_second",
             "gauge",
@@ -109,6 +128,12 @@ def run_figures(run: dict) -> list[Figure]:
             "When the run ended (unix seconds).",
             (run.get("ended_unix_ns") or 0) / 1e9 or None,
         ),
+    ]
+
+
+def _verdict_figures(verdict: dict) -> list[Figure]:
+    """The exit status, and the verdict's status as a label on a 1 (no sample without a status)."""
+    return [
         _one(
             "llmreplay_run_exit_code",
             "gauge",
@@ -124,7 +149,6 @@ def run_figures(run: dict) -> list[Figure]:
             else (),
         ),
     ]
-    return [figure for figure in out if figure.samples]
 
 
 def _one(name: str, kind: str, help_text: str, value) -> Figure:
