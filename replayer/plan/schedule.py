@@ -22,7 +22,7 @@ from llmreplay.errors import BadInput
 from llmreplay.trace_format import SCHEDULE_COLUMNS
 from replayer.config import ScheduleConfig
 from replayer.plan.arrays import NONE, PLAN_COLUMNS, PlanArrays, int64_array
-from replayer.plan.phases import Phases, loop_name, loop_span_ns, loops_for, split_copy, trace_window
+from replayer.plan.phases import Phases, Window, loop_name, loop_span_ns, loops_for, split_copy, trace_window
 
 CANCEL_KIND = "client_disconnected"
 MAX_PLANNED_REQUESTS = 100_000_000  # ~50 bytes a plan while planning, more while building bodies
@@ -127,45 +127,16 @@ def build_schedule(rows: ScheduleInput, config: ScheduleConfig) -> Schedule:
         return _empty()
     offsets_ns = (rows.arrival_time_us - rows.arrival_time_us[0]) * 1000
     window = trace_window(config.from_offset_ns, config.to_offset_ns, config.warmup_ns)
-    selected = offsets_ns >= window.warm_from_ns
-    if window.to_ns is not None:
-        selected &= offsets_ns < window.to_ns
-    measured = selected & (offsets_ns >= window.measured_from_ns)
-    warm = np.flatnonzero(selected & ~measured)
-    chosen_measured = np.flatnonzero(measured)
-    if config.limit is not None:
-        chosen_measured = chosen_measured[: config.limit]
+    warm, chosen_measured = _selected_rows(offsets_ns, window, config.limit)
     if len(chosen_measured) == 0:
         return _empty()
     chosen = np.concatenate((warm, chosen_measured))
-    if config.scale * len(chosen) > MAX_PLANNED_REQUESTS:
-        raise BadInput(
-            f"--scale {config.scale:g}: would plan about {config.scale * len(chosen):,.0f} requests from "
-            f"{len(chosen):,} rows (at most {MAX_PLANNED_REQUESTS:,} fit in memory); lower --scale or cut the window"
-        )
+    _refuse_too_many(config.scale, len(chosen))
     zero_ns = window.warm_from_ns if config.warmup_ns else offsets_ns[chosen[0]]
     compressed, removed_ns = compress_idle_gaps(offsets_ns[chosen] - zero_ns, config.max_idle_gap_ns)
     think = rows.think_time_ns[chosen]
-    cancel_tokens = np.full(len(chosen), NONE, np.int64)
-    cancel_ns = np.full(len(chosen), NONE, np.int64)
-    if config.cancellations:
-        # The user saw N tokens and left: mirror the token count when known, else the elapsed time.
-        cancelled = rows.cancelled[chosen]
-        tokens = rows.completion_tokens[chosen]
-        by_tokens = cancelled & rows.stream[chosen] & (tokens > 0)
-        e2e = rows.e2e_ns[chosen]
-        by_time = cancelled & ~by_tokens & (e2e > 0)
-        cancel_tokens[by_tokens] = tokens[by_tokens]
-        cancel_ns[by_time] = e2e[by_time]
-    with np.errstate(over="ignore"):  # a tiny --speed: infinite offsets, refused just below
-        due_ns = compressed / config.speed
-        think_ns = np.where(think == NONE, 0, think) / config.speed
-    longest = max(float(due_ns.max()), float(think_ns.max()))
-    if longest > MAX_OFFSET_NS:  # beyond int64 nanoseconds: replay.plan_bounds would never see it
-        raise BadInput(
-            f"--speed {config.speed:g}: the schedule would span {_span_text(longest)}; "
-            "cut it with --max-idle-gap, --to or a higher --speed"
-        )
+    cancel_tokens, cancel_ns = _mirrored_cancels(rows, chosen, config.cancellations)
+    due_ns, think_ns = _at_speed(compressed, think, config.speed)
     base = Schedule(
         record_index=chosen,
         copy_index=np.zeros(len(chosen), np.int64),
@@ -185,6 +156,71 @@ def build_schedule(rows: ScheduleInput, config: ScheduleConfig) -> Schedule:
         measured_from_s=window.measured_from_ns / 1e9,
         measured_to_s=None if window.to_ns is None else window.to_ns / 1e9,
     )
+    return _sorted_schedule(looped, phases, removed_ns, len(chosen))
+
+
+def _selected_rows(
+    offsets_ns: np.ndarray, window: Window, limit: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the warm-up's rows and of the measured rows (the first `limit` of them) in the
+    window, each in trace order."""
+    selected = offsets_ns >= window.warm_from_ns
+    if window.to_ns is not None:
+        selected &= offsets_ns < window.to_ns
+    measured = selected & (offsets_ns >= window.measured_from_ns)
+    warm = np.flatnonzero(selected & ~measured)
+    chosen_measured = np.flatnonzero(measured)
+    if limit is not None:
+        chosen_measured = chosen_measured[:limit]
+    return warm, chosen_measured
+
+
+def _refuse_too_many(scale: float, rows: int) -> None:
+    """Refused (one line) before planning: `scale` times `rows` plans over MAX_PLANNED_REQUESTS."""
+    if scale * rows > MAX_PLANNED_REQUESTS:
+        raise BadInput(
+            f"--scale {scale:g}: would plan about {scale * rows:,.0f} requests from "
+            f"{rows:,} rows (at most {MAX_PLANNED_REQUESTS:,} fit in memory); lower --scale or cut the window"
+        )
+
+
+def _mirrored_cancels(
+    rows: ScheduleInput, chosen: np.ndarray, cancellations: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each chosen row's cancel point (NONE: none): its output tokens when streamed with some, else
+    its elapsed time; all NONE without --cancellations."""
+    cancel_tokens = np.full(len(chosen), NONE, np.int64)
+    cancel_ns = np.full(len(chosen), NONE, np.int64)
+    if cancellations:
+        # The user saw N tokens and left: mirror the token count when known, else the elapsed time.
+        cancelled = rows.cancelled[chosen]
+        tokens = rows.completion_tokens[chosen]
+        by_tokens = cancelled & rows.stream[chosen] & (tokens > 0)
+        e2e = rows.e2e_ns[chosen]
+        by_time = cancelled & ~by_tokens & (e2e > 0)
+        cancel_tokens[by_tokens] = tokens[by_tokens]
+        cancel_ns[by_time] = e2e[by_time]
+    return cancel_tokens, cancel_ns
+
+
+def _at_speed(compressed: np.ndarray, think: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray]:
+    """Due offsets and think times (0 for NONE) divided by --speed, as floats; refused (one line)
+    when either goes beyond int64 nanoseconds."""
+    with np.errstate(over="ignore"):  # a tiny --speed: infinite offsets, refused just below
+        due_ns = compressed / speed
+        think_ns = np.where(think == NONE, 0, think) / speed
+    longest = max(float(due_ns.max()), float(think_ns.max()))
+    if longest > MAX_OFFSET_NS:  # beyond int64 nanoseconds: replay.plan_bounds would never see it
+        raise BadInput(
+            f"--speed {speed:g}: the schedule would span {_span_text(longest)}; "
+            "cut it with --max-idle-gap, --to or a higher --speed"
+        )
+    return due_ns, think_ns
+
+
+def _sorted_schedule(looped: Schedule, phases: Phases, removed_ns: int, source_rows: int) -> Schedule:
+    """The plans sorted by due offset (a stable sort: ties keep trace order), with the span of their
+    due offsets and the facts of how they were made."""
     order = np.argsort(looped.scheduled_offset_ns, kind="stable")
     due = looped.scheduled_offset_ns
     span = int(due.max() - due.min()) if len(due) else 0
@@ -193,7 +229,7 @@ def build_schedule(rows: ScheduleInput, config: ScheduleConfig) -> Schedule:
         **{name: getattr(sorted_plans, name) for name in PLAN_COLUMNS},
         idle_removed_ns=removed_ns,
         trace_span_ns=span,
-        source_rows=len(chosen),
+        source_rows=source_rows,
         phases=phases,
     )
 
