@@ -72,29 +72,19 @@ def compare_sides(baseline: Side, candidate: Side, config: CompareConfig) -> dic
     b_load, c_load = side_load(baseline, b_req), side_load(candidate, c_req)
     matched = same_load(b_load, c_load)
     refused = not matched and not config.allow_different_load
-    common_b, common_c = _paired_indices(b_req, c_req)
-    dependence = _dependence(b_req, c_req, common_b, common_c)
-    b_clusters, c_clusters, clusters = _blocks(baseline, candidate, b_req, c_req, dependence)
-    cells = dataclasses.replace(config.cells(refused), block_requests=dependence.block_requests)
-    counts = _shared_resamples(clusters, config, rng)
-    b_all, c_all = samples(b_req, b_clusters), samples(c_req, c_clusters)
+    pairs = _pairing(baseline, candidate, b_req, c_req, config.cells(refused), config, rng)
     sides = [(baseline, b_req, b_scale), (candidate, c_req, c_scale)]
-    latency = latency_rows(b_all, c_all, clusters, cells, rng, candidate.label, counts)
+    latency = latency_rows(pairs.b_all, pairs.c_all, pairs.clusters, pairs.cells, rng, candidate.label, pairs.counts)
     errors = _errors_section(b_req, c_req, config, rng)
     checks = run_checks + compare_fidelity.cross_checks(
-        b_req, c_req, common_b, common_c, c_scale, baseline.kind == TRACE, config.limits
+        b_req, c_req, pairs.common_b, pairs.common_c, c_scale, baseline.kind == TRACE, config.limits
     )
     checks.append(compare_fidelity.load_check(b_load, c_load, matched, config.allow_different_load))
-    slos = _slo_section(b_all, c_all, config)
+    slos = _slo_section(pairs.b_all, pairs.c_all, config)
     side_rows = {s.label: _side_summary(s, r, scale) for s, r, scale in sides}
     result = {
         "mode": "compare",
-        "tolerance": config.tolerance,
-        "fail_on_inconclusive": config.fail_on_inconclusive,
-        "error_rate_tolerance": config.error_rate_tolerance,
-        "max_error_rate": config.max_error_rate,
-        "confidence": config.confidence,
-        "interval_confidence": config.interval_confidence,
+        **_settings(config),
         "common_requests": common,
         "sides": side_rows,
         "like_with_like": {"baseline": b_load, "candidate": c_load, "same": matched, "refused": refused},
@@ -102,43 +92,80 @@ def compare_sides(baseline: Side, candidate: Side, config: CompareConfig) -> dic
         "clock_domains": _clock_domains(baseline, candidate, config),
         "fidelity": _fidelity(checks),
         "latency": latency,
-        "dependence": dependence.as_dict(),
-        "warnings": sample_warnings(latency, ["baseline", candidate.label]) + dependence_warnings(dependence),
+        "dependence": pairs.dependence.as_dict(),
+        "warnings": sample_warnings(latency, ["baseline", candidate.label]) + dependence_warnings(pairs.dependence),
         "slos": slos,
         "goodput": {s.label: _goodput(r, config) for s, r, _ in sides},
         "errors": errors,
         "buckets": buckets_section(
-            b_req,
-            b_clusters,
-            c_req,
-            c_clusters,
-            clusters,
-            cells,
-            rng,
-            candidate.label,
-            counts,
-        ),
-        "paired": _paired_section(b_req, c_req, common_b, common_c, config),
+            b_req, pairs.b_clusters, c_req, pairs.c_clusters, pairs.clusters, pairs.cells, rng, candidate.label,
+            pairs.counts,
+        ),  # fmt: skip
+        "paired": _paired_section(b_req, c_req, pairs.common_b, pairs.common_c, config),
         "cache": compare_fidelity.cache_section(b_req, c_req, config.limits),
         "load": _load_section(sides),
         "server_metrics": _server_metrics(sides),
-        "cdf": {baseline.label: _cdf_points(b_all), candidate.label: _cdf_points(c_all)},
+        "cdf": {baseline.label: _cdf_points(pairs.b_all), candidate.label: _cdf_points(pairs.c_all)},
         "metric_definitions": METRIC_DEFINITIONS,
         **phases,
     }
-    result["verdict"] = verdict(
+    result["verdict"] = _compare_verdict(result, checks, config, has_run=RUN in (baseline.kind, candidate.kind))
+    return result
+
+
+def _settings(config: CompareConfig) -> dict:
+    """The gate's settings a comparison states first."""
+    return {
+        "tolerance": config.tolerance,
+        "fail_on_inconclusive": config.fail_on_inconclusive,
+        "error_rate_tolerance": config.error_rate_tolerance,
+        "max_error_rate": config.max_error_rate,
+        "confidence": config.confidence,
+        "interval_confidence": config.interval_confidence,
+    }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Pairing:
+    """How the two sides' requests pair up and what the bootstrap resamples: blocks of neighbours."""
+
+    common_b: np.ndarray  # row indices of the originals on both sides, matched
+    common_c: np.ndarray
+    dependence: time_blocks.Dependence
+    b_clusters: np.ndarray  # each row's block
+    c_clusters: np.ndarray
+    clusters: int
+    cells: object  # compare.config.CellSettings with the block length
+    counts: np.ndarray | None  # one set of resamples for every metric (small comparisons)
+    b_all: Samples
+    c_all: Samples
+
+
+def _pairing(baseline, candidate, b_req, c_req, cells, config: CompareConfig, rng) -> _Pairing:
+    common_b, common_c = _paired_indices(b_req, c_req)
+    dependence = _dependence(b_req, c_req, common_b, common_c)
+    b_clusters, c_clusters, clusters = _blocks(baseline, candidate, b_req, c_req, dependence)
+    cells = dataclasses.replace(cells, block_requests=dependence.block_requests)
+    counts = _shared_resamples(clusters, config, rng)
+    return _Pairing(
+        common_b, common_c, dependence, b_clusters, c_clusters, clusters, cells, counts,
+        samples(b_req, b_clusters), samples(c_req, c_clusters),
+    )  # fmt: skip
+
+
+def _compare_verdict(result: dict, checks: list[dict], config: CompareConfig, has_run: bool) -> dict:
+    return verdict(
         "compare",
         checks,
-        [errors["gate"]],
-        slos,
-        side_rows,
-        latency=latency,
-        error_comparison=errors["comparison"],
+        [result["errors"]["gate"]],
+        result["slos"],
+        result["sides"],
+        latency=result["latency"],
+        error_comparison=result["errors"]["comparison"],
         tolerance=config.tolerance,
         fail_on_inconclusive=config.fail_on_inconclusive,
-        has_run=RUN in (baseline.kind, candidate.kind),
+        has_run=has_run,
     )
-    return result
 
 
 def summarize_side(side: Side, config: CompareConfig) -> dict:

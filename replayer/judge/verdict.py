@@ -5,6 +5,7 @@ GO / NO-GO, `replay` and `report` PASS / FAIL; exit status 1 whenever anything f
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass, field
 
 import replayer.judge.slo as judge_slo
 import replayer.judge.stats as judge_stats
@@ -29,68 +30,92 @@ def verdict(
 ) -> dict:
     """`mode`: compare, report or replay; `gate_checks`: the error-rate checks (replayer.judge.error_gate);
     `latency`: replayer.compare.latency rows (compare only); `has_run`: some side is a replay run."""
-    reasons, rows, parts, healthy = [], [], [], []
-    unfaithful = [c for c in fidelity_checks if c["status"] == FAIL and c["check"] != LOAD_CHECK]
-    refused = [c for c in fidelity_checks if c["status"] == FAIL and c["check"] == LOAD_CHECK]
-    for check in unfaithful:
-        rows.append(_row(check["check"], "fidelity", "unfaithful", check["detail"]))
-        reasons.append(f"unfaithful replay: {_named(check, mode)}")
-    if unfaithful:
-        parts.append("replay not faithful: " + "; ".join(_named(c, mode) for c in unfaithful))
-    for check in refused:
-        rows.append(_row(check["check"], "fidelity", judge_stats.DIFFERENT_LOAD, check["detail"]))
-        reasons.append(
-            f"latency not compared: {check['summary']}; pass --allow-different-load to compare anyway"
-        )
-        parts.append(f"latency not compared: {check['summary']} (--allow-different-load)")
+    found = _Findings()
+    unfaithful, refused = _fidelity(found, fidelity_checks, mode)
     if latency is not None and not refused:
         phrase, latency_reasons, latency_rows = _latency(latency, tolerance, fail_on_inconclusive)
-        parts += phrase
-        reasons += latency_reasons
-        rows += latency_rows
+        found.parts += phrase
+        found.reasons += latency_reasons
+        found.rows += latency_rows
     moved = share_moved(sides) if mode == "compare" else None
     if moved:  # why TTFO moved, when it did: reported, never a failure by itself
-        rows.append(_row("reasoning share", "output", "moved", moved))
-        parts.append(moved)
-    parts += _slos(slos, mode, reasons, rows)
+        found.rows.append(_row("reasoning share", "output", "moved", moved))
+        found.parts.append(moved)
+    found.parts += _slos(slos, mode, found.reasons, found.rows)
+    _errors(found, gate_checks, mode)
+    if error_comparison:
+        _error_change(found, error_comparison, fail_on_inconclusive)
+    for label, side in sides.items():
+        if side["successful"] == 0:
+            found.fail(f"{label}: no successful request ({side['requests']:,} sent or planned)")
+    return _outcome(found, mode, has_run and not unfaithful)
+
+
+@dataclass
+class _Findings:
+    """What the verdict gathers, in the reader's order: failure reasons, table rows, headline parts, and
+    what a healthy single run says of itself."""
+
+    reasons: list[str] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)
+    parts: list[str] = field(default_factory=list)
+    healthy: list[str] = field(default_factory=list)
+
+    def fail(self, text: str) -> None:
+        self.reasons.append(text)
+        self.parts.append(text)
+
+
+def _fidelity(found: _Findings, checks: list[dict], mode: str) -> tuple[list[dict], list[dict]]:
+    """The failed fidelity checks: (unfaithful ones, the refused same-load one); rows and reasons of both."""
+    unfaithful = [c for c in checks if c["status"] == FAIL and c["check"] != LOAD_CHECK]
+    refused = [c for c in checks if c["status"] == FAIL and c["check"] == LOAD_CHECK]
+    for check in unfaithful:
+        found.rows.append(_row(check["check"], "fidelity", "unfaithful", check["detail"]))
+        found.reasons.append(f"unfaithful replay: {_named(check, mode)}")
+    if unfaithful:
+        found.parts.append("replay not faithful: " + "; ".join(_named(c, mode) for c in unfaithful))
+    for check in refused:
+        found.rows.append(_row(check["check"], "fidelity", judge_stats.DIFFERENT_LOAD, check["detail"]))
+        found.reasons.append(
+            f"latency not compared: {check['summary']}; pass --allow-different-load to compare anyway"
+        )
+        found.parts.append(f"latency not compared: {check['summary']} (--allow-different-load)")
+    return unfaithful, refused
+
+
+def _errors(found: _Findings, gate_checks: list[dict], mode: str) -> None:
+    """The error-rate checks: a breach fails; one run that passed says its rate."""
     for check in gate_checks:
-        rows.append(
+        found.rows.append(
             _row(check["check"], "errors", "breach" if check["status"] == FAIL else "pass", check["detail"])
         )
         if check["status"] == FAIL:
-            reasons.append(check["summary"])
-            parts.append(check["summary"])
+            found.fail(check["summary"])
         elif mode != "compare" and check["value"] is not None:  # one run: say how it went, if all is well
-            healthy.append(f"error rate {check['value']:.1%} ≤ {check['limit']:.0%}")
-    if error_comparison:
-        rows.append(
-            _row("error rate change", "errors", error_comparison["verdict"], _change(error_comparison))
-        )
-        if error_comparison["verdict"] == judge_stats.REGRESSION:
-            text = f"error rate up {_change(error_comparison)}"
-            reasons.append(text)
-            parts.append(text)
-        elif fail_on_inconclusive and error_comparison["verdict"] == judge_stats.INCONCLUSIVE:
-            text = f"error-rate change inconclusive, {_change(error_comparison)} (--fail-on-inconclusive)"
-            reasons.append(text)
-            parts.append(text)
-    for label, side in sides.items():
-        if side["successful"] == 0:
-            text = f"{label}: no successful request ({side['requests']:,} sent or planned)"
-            reasons.append(text)
-            parts.append(text)
-    failed = bool(reasons)
-    if not failed:
-        parts += healthy
-    if has_run and not unfaithful:
-        parts.append("replay faithful")
+            found.healthy.append(f"error rate {check['value']:.1%} ≤ {check['limit']:.0%}")
+
+
+def _error_change(found: _Findings, comparison: dict, fail_on_inconclusive: bool) -> None:
+    """The candidate's error-rate change: a significant rise fails, an inconclusive one only when strict."""
+    found.rows.append(_row("error rate change", "errors", comparison["verdict"], _change(comparison)))
+    if comparison["verdict"] == judge_stats.REGRESSION:
+        found.fail(f"error rate up {_change(comparison)}")
+    elif fail_on_inconclusive and comparison["verdict"] == judge_stats.INCONCLUSIVE:
+        found.fail(f"error-rate change inconclusive, {_change(comparison)} (--fail-on-inconclusive)")
+
+
+def _outcome(found: _Findings, mode: str, faithful_run: bool) -> dict:
+    """The verdict dict: failed when any reason was found; the headline says it first."""
+    failed = bool(found.reasons)
+    parts = found.parts + ([] if failed else found.healthy) + (["replay faithful"] if faithful_run else [])
     word = ("NO-GO" if failed else "GO") if mode == "compare" else ("FAIL" if failed else "PASS")
     return {
         "status": "fail" if failed else "pass",
         "exit_code": 1 if failed else 0,
         "headline": f"{word}: " + ("; ".join(parts) if parts else "nothing to judge"),
-        "reasons": reasons,
-        "rows": rows,
+        "reasons": found.reasons,
+        "rows": found.rows,
     }
 
 
