@@ -17,7 +17,7 @@ from replayer.capacity.document import FORMAT, FORMAT_VERSION, read_capacity, re
 from replayer.capacity.search import SUSTAIN, SearchSettings, search
 from replayer.capacity.step import StepPlan, StepResult, run_step
 from replayer.capacity.terminal import progress_line
-from replayer.capacity.window import Window, busiest_stretch, peak_minute, warmup_before
+from replayer.capacity.window import Peak, Window, busiest_stretch, peak_minute, warmup_before
 
 CLIENT_ADVICE = (
     "the replay client could not keep the schedule, so this is the client's limit, not the server's: "
@@ -54,23 +54,7 @@ def run_capacity(config: CapacityConfig, console=None, clock=time.monotonic) -> 
     out_dir.mkdir(parents=True, exist_ok=True)
     started = clock()
     steps: list[dict] = []
-    document = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "settings": settings,
-        "window": _window_row(window),
-        "warmup": {
-            "start_s": warmup_start / 1e9,
-            "length_s": (window.start_ns - warmup_start) / 1e9,
-            "requests": warmup_requests,
-        },
-        "production_peak": {
-            "start_s": peak.start_ns / 1e9,
-            "requests_per_s": peak.requests_per_s,
-            "output_tokens_per_s": peak.output_tokens_per_s,
-        },
-        "steps": steps,
-    }
+    document = _document(settings, window, warmup_start, warmup_requests, peak, steps)
     analysis = {
         "slos": config.slos,
         "limits": config.replay.limits,
@@ -87,18 +71,8 @@ def run_capacity(config: CapacityConfig, console=None, clock=time.monotonic) -> 
         write_capacity(out_dir, {**document, "stop_reason": "running", "elapsed_s": clock() - started})
         return result
 
-    search_settings = SearchSettings(
-        start_factor=config.start_factor,
-        precision=config.precision,
-        max_factor=config.max_factor,
-        budget_s=config.budget_ns / 1e9,
-        max_steps=config.max_steps,
-    )
-    from replayer.coordinator import open_live_metrics  # one server for every step
-
-    live = open_live_metrics(config.replay.observe, console, config.replay.quiet)
-    if live is not None:
-        live.fixed_run = out_dir.name  # one series across the steps; the load factor says which
+    search_settings = _search_settings(config)
+    live = _open_live_metrics(config, console, out_dir)
     try:
         outcome = search(
             one_step, search_settings, clock, lambda probes: points.knee_bracket([p.row for p in probes])
@@ -110,6 +84,52 @@ def run_capacity(config: CapacityConfig, console=None, clock=time.monotonic) -> 
     document["elapsed_s"] = clock() - started
     write_capacity(out_dir, document)
     return document
+
+
+def _document(
+    settings: dict, window: Window, warmup_start: int, warmup_requests: int, peak: Peak, steps: list
+) -> dict:
+    """capacity.json's document before the first step: the settings, the window, its warm-up and the
+    production peak; `steps` is the list the search appends each step's row to."""
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "settings": settings,
+        "window": _window_row(window),
+        "warmup": {
+            "start_s": warmup_start / 1e9,
+            "length_s": (window.start_ns - warmup_start) / 1e9,
+            "requests": warmup_requests,
+        },
+        "production_peak": {
+            "start_s": peak.start_ns / 1e9,
+            "requests_per_s": peak.requests_per_s,
+            "output_tokens_per_s": peak.output_tokens_per_s,
+        },
+        "steps": steps,
+    }
+
+
+def _search_settings(config: CapacityConfig) -> SearchSettings:
+    """The search's bounds from the command's config (its budget in seconds)."""
+    return SearchSettings(
+        start_factor=config.start_factor,
+        precision=config.precision,
+        max_factor=config.max_factor,
+        budget_s=config.budget_ns / 1e9,
+        max_steps=config.max_steps,
+    )
+
+
+def _open_live_metrics(config: CapacityConfig, console, out_dir: Path):
+    """The live metrics server of --observe, opened once: one server for every step; None without
+    --observe."""
+    from replayer.coordinator import open_live_metrics
+
+    live = open_live_metrics(config.replay.observe, console, config.replay.quiet)
+    if live is not None:
+        live.fixed_run = out_dir.name  # one series across the steps; the load factor says which
+    return live
 
 
 def _window_row(window: Window) -> dict:
