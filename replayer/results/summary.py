@@ -112,29 +112,13 @@ def summarize(
     requests without a row (the run stopped before their time); `itl_ms`: see
     llmreplay.metrics.latency_summary_ms; `trace`, `load`: as replayer.judge.run_fidelity.run_facts takes."""
     limits = limits or FidelityLimits()
-    sent = pc.is_valid(table.column("sent_offset_ns"))
-    sent_table = table.filter(sent)
+    sent_table = table.filter(pc.is_valid(table.column("sent_offset_ns")))
     ok = success_mask(sent_table)
     errors = pc.value_counts(pc.drop_null(table.column("error_kind"))).to_pylist()
-    lag_ms = _ns_array(sent_table, "dispatch_lag_ns") / 1e6
-    wait_ms = _ns_array(sent_table, "session_wait_ns") / 1e6
-    start = _ns_array(sent_table, "sent_offset_ns")
-    end = start + np.nan_to_num(_ns_array(sent_table, "e2e_ns"))
-    span_s = float((end.max() - start.min()) / 1e9) if len(start) else 0.0
-    completion = _ns_array(sent_table, "completion_tokens")[ok]
-    lag = {**percentiles(lag_ms, LAG_PERCENTILES), "max": float(lag_ms.max()) if len(lag_ms) else None}
+    span_s = _span_s(sent_table)
     facts = run_fidelity.run_facts(table, never_attempted, stop_reason, trace, load)
     fidelity = run_fidelity.run_checks("run", facts, limits)
-    kinds = np.array(table.column("error_kind").to_pylist(), dtype=object)
-    counts = error_counts(kinds, facts.sent, facts.success)
-    gate = error_rate_check("run", counts, max_error_rate)
-    failed = engine_error_mask(kinds, facts.sent, facts.success)
-    top = commonest_messages(
-        kinds,
-        _ns_array(table, "http_status"),
-        np.array(table.column("error_detail").to_pylist(), dtype=object),
-        failed,
-    )
+    counts, gate, top = _error_checks(table, facts, max_error_rate)
     run_verdict = verdict(
         "replay",
         fidelity,
@@ -152,19 +136,56 @@ def summarize(
         "error_rate": counts["error_rate"],
         "top_errors": top,
         "span_s": round(span_s, 3),
-        "throughput": {
-            "requests_per_s": round(ok.sum() / span_s, 3) if span_s > 0 else None,
-            "output_tokens_per_s": round(float(np.nansum(completion)) / span_s, 1) if span_s > 0 else None,
-        },
+        "throughput": _throughput(sent_table, ok, span_s),
         "latency_ms": latency_summary_ms(sent_table, itl_ms=itl_ms),
         "latency_from_schedule_ms": latency_summary_ms(from_schedule(sent_table), itl_ms=itl_ms),
-        "dispatch_lag_ms": lag,
-        "session_wait_ms": percentiles(wait_ms, LAG_PERCENTILES),
+        "dispatch_lag_ms": _dispatch_lag_ms(sent_table),
+        "session_wait_ms": percentiles(_ns_array(sent_table, "session_wait_ns") / 1e6, LAG_PERCENTILES),
         "max_dispatch_lag_ms": limits.max_dispatch_lag_p99_ns / 1e6,
         "max_error_rate": max_error_rate,
         "checks": [*fidelity, gate],
         "verdict": run_verdict,
     }
+
+
+def _span_s(sent_table: pa.Table) -> float:
+    """First send to last end (a row without an E2E ends at its send), in seconds; 0 when none was sent."""
+    start = _ns_array(sent_table, "sent_offset_ns")
+    end = start + np.nan_to_num(_ns_array(sent_table, "e2e_ns"))
+    return float((end.max() - start.min()) / 1e9) if len(start) else 0.0
+
+
+def _throughput(sent_table: pa.Table, ok: np.ndarray, span_s: float) -> dict:
+    """Successful requests and their output tokens per second of the span; None for an empty span."""
+    completion = _ns_array(sent_table, "completion_tokens")[ok]
+    return {
+        "requests_per_s": round(ok.sum() / span_s, 3) if span_s > 0 else None,
+        "output_tokens_per_s": round(float(np.nansum(completion)) / span_s, 1) if span_s > 0 else None,
+    }
+
+
+def _dispatch_lag_ms(sent_table: pa.Table) -> dict:
+    """Send time minus scheduled time: its percentiles and maximum (None when nothing was sent), ms."""
+    lag_ms = _ns_array(sent_table, "dispatch_lag_ns") / 1e6
+    return {**percentiles(lag_ms, LAG_PERCENTILES), "max": float(lag_ms.max()) if len(lag_ms) else None}
+
+
+def _error_checks(
+    table: pa.Table, facts: run_fidelity.RunFacts, max_error_rate: float
+) -> tuple[dict, dict, list[dict]]:
+    """The error counts, the error-rate check against `max_error_rate`, and the commonest messages
+    of the engine's errors (the run's `facts` say which rows were sent and succeeded)."""
+    kinds = np.array(table.column("error_kind").to_pylist(), dtype=object)
+    counts = error_counts(kinds, facts.sent, facts.success)
+    gate = error_rate_check("run", counts, max_error_rate)
+    failed = engine_error_mask(kinds, facts.sent, facts.success)
+    top = commonest_messages(
+        kinds,
+        _ns_array(table, "http_status"),
+        np.array(table.column("error_detail").to_pylist(), dtype=object),
+        failed,
+    )
+    return counts, gate, top
 
 
 def print_summary(summary: dict, console) -> None:
