@@ -75,12 +75,7 @@ class RecordBuilder:
         if answered and response.response_id:
             self._remember_response(cap, response.response_id, link)
         settings = self.settings
-        offsets, timing = None, _timing(response)
-        if response is not None and _is_sse(cap):
-            offsets = tuple(stamp - cap.arrival_ns for stamp in response.token_event_ns)
-            timing = stream_timing(
-                offsets, response.first_answer_index, response.reasoning_events, response.reasoning_tokens
-            )
+        offsets, timing = _offsets_and_timing(cap, response)
         last_byte = cap.last_byte_ns
         record = TraceRecord(
             request_id=cap.request_id,
@@ -261,9 +256,18 @@ def _request_body(body: bytes, encoding: str | None, limit: int) -> bytes:
         return body
 
 
-def _timing(response: ResponseShape | None) -> StreamTiming:
-    """A whole answer has no first-token times; its reasoning tokens are what the usage says."""
-    return StreamTiming(reasoning_tokens=response.reasoning_tokens if response else None)
+def _offsets_and_timing(
+    cap: Capture, response: ResponseShape | None
+) -> tuple[tuple[int, ...] | None, StreamTiming]:
+    """A stream's token events as offsets from the arrival, and its first-token times. A whole answer
+    has neither; its reasoning tokens are what the usage says."""
+    if response is not None and _is_sse(cap):
+        offsets = tuple(stamp - cap.arrival_ns for stamp in response.token_event_ns)
+        timing = stream_timing(
+            offsets, response.first_answer_index, response.reasoning_events, response.reasoning_tokens
+        )
+        return offsets, timing
+    return None, StreamTiming(reasoning_tokens=response.reasoning_tokens if response else None)
 
 
 def _is_sse(cap: Capture) -> bool:
