@@ -105,26 +105,26 @@ def worker_main(job: WorkerJob, conn, stats, alive, parent_pid: int) -> None:
     loop_cpu_s = time.process_time() - cpu_before_s
     spool.close()
     requests.close()
-    _send(
-        conn,
-        (
-            "done",
-            {
-                "worker": job.worker,
-                "stop_reason": runner.stop_reason,
-                "sent": runner.counters.sent,
-                "cut_after_grace": runner.cut_after_grace,
-                "loop_cpu_s": round(loop_cpu_s, 3),
-                "timer_slack_ns": timer_slack_ns,
-                "stale_resends": runner.stale_resends,
-                "max_rss_mb": peak_rss_mb(),
-                "requests_read_on_loop": requests.loop_reads,
-                "modules_loaded": sorted(m for m in ("pyarrow", "aiohttp", "numpy") if m in sys.modules),
-            },
-        ),
-        job,
-        parent_pid,
-    )
+    _send(conn, ("done", _done_info(job, runner, requests, loop_cpu_s, timer_slack_ns)), job, parent_pid)
+
+
+def _done_info(
+    job: WorkerJob, runner: Runner, requests: RequestSource, loop_cpu_s: float, timer_slack_ns: int | None
+) -> dict:
+    """The "done" message's facts, read once the loop has ended and the files are closed: the peak
+    RSS and the modules loaded are the whole run's."""
+    return {
+        "worker": job.worker,
+        "stop_reason": runner.stop_reason,
+        "sent": runner.counters.sent,
+        "cut_after_grace": runner.cut_after_grace,
+        "loop_cpu_s": round(loop_cpu_s, 3),
+        "timer_slack_ns": timer_slack_ns,
+        "stale_resends": runner.stale_resends,
+        "max_rss_mb": peak_rss_mb(),
+        "requests_read_on_loop": requests.loop_reads,
+        "modules_loaded": sorted(m for m in ("pyarrow", "aiohttp", "numpy") if m in sys.modules),
+    }
 
 
 def _not_started(job: WorkerJob) -> tuple:
