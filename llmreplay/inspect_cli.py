@@ -59,60 +59,86 @@ def _print_table(s: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    meta = s["meta"]
     table = Table(title=f"{s['trace']}", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value")
+    for what, value in (*_shape_rows(s), *_session_rows(s), *_production_rows(s)):
+        table.add_row(what, value)
+    Console().print(table)
+
+
+def _shape_rows(s: dict) -> list[tuple[str, str]]:
+    """The trace's kind, size, rate, token lengths and mix of requests, endpoints and errors (a
+    reasoning row from format 1.2 on; server state and errors only when the trace has some)."""
+    meta = s["meta"]
     kind = "content" if meta["content"] else "shape"
-    table.add_row(
-        "trace",
-        f"v{meta['format_version']} {kind} trace, source {meta['source']}, block size {meta['block_size']}, "
-        f"tokenizer {meta['tokenizer'] or 'unknown'}{', anonymized' if meta['anonymized'] else ''}",
-    )
-    table.add_row("requests", f"{s['requests']:,} over {s['span_s']:,.1f} s")
     rate = s["rate_per_s"]
-    table.add_row(
-        "request rate /s",
-        f"mean {_fmt(rate['mean'])}, peak {_fmt(rate['peak_1s'])} (1 s), {_fmt(rate['peak_1min'])} (1 min)",
-    )
-    table.add_row("prompt tokens p50/p90/p99", _pcts(s["prompt_tokens"]))
-    table.add_row("completion tokens p50/p90/p99", _pcts(s["completion_tokens"]))
-    if s["reasoning_tokens"]["p50"] is not None:  # format 1.2 on: of the completion tokens
-        table.add_row("of which reasoning p50/p90/p99", _pcts(s["reasoning_tokens"]))
     share = s["share"]
-    table.add_row(
-        "mix",
-        f"stream {share['stream']:.1%}, tools {share['tools']:.1%}, structured output "
-        f"{share['structured_output']:.1%}, errors {share['errors']:.1%}",
+    rows = [
+        (
+            "trace",
+            f"v{meta['format_version']} {kind} trace, source {meta['source']}, block size {meta['block_size']}, "
+            f"tokenizer {meta['tokenizer'] or 'unknown'}{', anonymized' if meta['anonymized'] else ''}",
+        ),
+        ("requests", f"{s['requests']:,} over {s['span_s']:,.1f} s"),
+        (
+            "request rate /s",
+            f"mean {_fmt(rate['mean'])}, peak {_fmt(rate['peak_1s'])} (1 s), {_fmt(rate['peak_1min'])} (1 min)",
+        ),
+        ("prompt tokens p50/p90/p99", _pcts(s["prompt_tokens"])),
+        ("completion tokens p50/p90/p99", _pcts(s["completion_tokens"])),
+    ]
+    if s["reasoning_tokens"]["p50"] is not None:  # format 1.2 on: of the completion tokens
+        rows.append(("of which reasoning p50/p90/p99", _pcts(s["reasoning_tokens"])))
+    rows.append(
+        (
+            "mix",
+            f"stream {share['stream']:.1%}, tools {share['tools']:.1%}, structured output "
+            f"{share['structured_output']:.1%}, errors {share['errors']:.1%}",
+        )
     )
-    table.add_row("endpoints", ", ".join(f"{k} {v:,}" for k, v in s["endpoints"].items()))
+    rows.append(("endpoints", ", ".join(f"{k} {v:,}" for k, v in s["endpoints"].items())))
     if s["server_state"]:
-        table.add_row("server state", ", ".join(f"{k} {v:,}" for k, v in s["server_state"].items()))
+        rows.append(("server state", ", ".join(f"{k} {v:,}" for k, v in s["server_state"].items())))
     if s["errors_by_kind"]:
-        table.add_row("errors by kind", ", ".join(f"{k} {v}" for k, v in s["errors_by_kind"].items()))
+        rows.append(("errors by kind", ", ".join(f"{k} {v}" for k, v in s["errors_by_kind"].items())))
+    return rows
+
+
+def _session_rows(s: dict) -> list[tuple[str, str]]:
+    """Sessions, think time and prefix sharing (reproduced to within a block: exactly only for
+    blocks of 16 tokens or fewer)."""
     sessions = s["sessions"]
-    table.add_row(
-        "sessions",
-        f"{sessions['count']:,} sessions holding {sessions['requests_in_sessions']:,} requests; "
-        f"turns p50/p90/p99 {_pcts(sessions['turns_per_session'])}",
-    )
-    table.add_row("think time ms p50/p90/p99", _pcts(sessions["think_time_ms"]))
-    table.add_row(
-        "prefix sharing",
-        f"{s['prefix_sharing_ratio']:.1%} of prompt blocks seen before; a replay reproduces it to within "
-        f"{meta['block_size']:,} tokens" + ("" if meta["block_size"] <= 16 else " (block-accurate only)"),
-    )
+    block_size = s["meta"]["block_size"]
+    return [
+        (
+            "sessions",
+            f"{sessions['count']:,} sessions holding {sessions['requests_in_sessions']:,} requests; "
+            f"turns p50/p90/p99 {_pcts(sessions['turns_per_session'])}",
+        ),
+        ("think time ms p50/p90/p99", _pcts(sessions["think_time_ms"])),
+        (
+            "prefix sharing",
+            f"{s['prefix_sharing_ratio']:.1%} of prompt blocks seen before; a replay reproduces it to within "
+            f"{block_size:,} tokens" + ("" if block_size <= 16 else " (block-accurate only)"),
+        ),
+    ]
+
+
+def _production_rows(s: dict) -> list[tuple[str, str]]:
+    """What production's engine measured, when the trace holds it: its token count per trace token
+    (or why it is not known) and its latencies."""
+    rows = []
     units = s["count_units"]
     if units["rate"] is not None:
-        table.add_row(
-            "count units",
-            units["note"]
-            or f"production's own tokens: its engine counted {units['rate']:.3f} per trace token "
-            f"({units['rows']:,} requests)",
-        )
-    if s["latency_ms"]:
-        for name, stats in s["latency_ms"].items():
-            table.add_row(
-                f"production {name.upper()} ms p50/p90/p99", f"{_pcts(stats)}  (n={stats['count']:,})"
+        rows.append(
+            (
+                "count units",
+                units["note"]
+                or f"production's own tokens: its engine counted {units['rate']:.3f} per trace token "
+                f"({units['rows']:,} requests)",
             )
-    Console().print(table)
+        )
+    for name, stats in (s["latency_ms"] or {}).items():
+        rows.append((f"production {name.upper()} ms p50/p90/p99", f"{_pcts(stats)}  (n={stats['count']:,})"))
+    return rows
