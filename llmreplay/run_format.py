@@ -227,6 +227,41 @@ class RunInfo:
     run_format_version: str = RUN_FORMAT_VERSION
 
 
+def run_info_from_json(document: dict[str, Any], where: str) -> RunInfo:
+    """run.json of any readable 1.x as a RunInfo, built here only: keys a later minor added are left out,
+    fields an earlier one lacked take their defaults (`to_send` before 1.1: planned less unsupported);
+    BadInput in one line when a field is missing or not of its type."""
+    try:
+        counts = dict(document["counts"])
+        counts.setdefault("to_send", counts["planned"] - counts["unsupported_endpoint"])
+        known = {f.name for f in dataclasses.fields(RunInfo)}
+        values = {key: value for key, value in document.items() if key in known}
+        values |= {
+            "target": _record(RunTarget, document["target"]),
+            "trace": _record(RunTrace, document["trace"]),
+            "machine": _record(RunMachine, document["machine"]),
+            "counts": _record(RunCounts, counts),
+        }
+        info = RunInfo(**values)
+    except (KeyError, TypeError) as exc:
+        raise BadInput(f"{where}: run.json lacks or misspells {_first_arg(exc)}") from None
+    numbers = [*dataclasses.astuple(info.counts), info.started_unix_ns, info.ended_unix_ns]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in numbers):
+        raise BadInput(f"{where}: run.json counts and times must be integers")
+    return info
+
+
+def _record(cls, document: Any):
+    """One of run.json's nested records, its known fields only (a later minor may add others)."""
+    if not isinstance(document, dict):
+        raise TypeError(cls.__name__)
+    return cls(**{f.name: document[f.name] for f in dataclasses.fields(cls)})
+
+
+def _first_arg(exc: Exception) -> str:
+    return str(exc.args[0]) if exc.args else type(exc).__name__
+
+
 def write_run_info(run_dir: Path, info: RunInfo) -> None:
     """run.json, written atomically (sorted keys, indented)."""
     options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY

@@ -9,17 +9,14 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from llmreplay.errors import BadInput
-from llmreplay.run_format import RESULT_SCHEMA, RESULTS_FILE, read_run
-
-if TYPE_CHECKING:
-    from llmreplay.run_format import RunInfo
+from llmreplay.run_format import RESULT_SCHEMA, RESULTS_FILE, RunCounts, RunInfo, read_run, run_info_from_json
 
 # Settings every shard of one replay shares (the schedule, the target's model choice, the lengths).
 SAME_SETTINGS = ("schedule", "model", "model_map", "engine", "fit_lengths", "duration_ns", "responses_state")
@@ -30,14 +27,14 @@ CLOCK_BUDGET_SHARE = 0.10  # of the merged schedule's median inter-arrival, unle
 class ShardRunInput:
     path: Path
     table: pa.Table
-    run_json: dict[str, Any]
+    run_json: dict[str, Any]  # as written, for the readers of a run.json document (stated load, trace cache)
+    info: RunInfo  # the same, typed (llmreplay.run_format.run_info_from_json)
     shard: int
     shards: int
 
     @property
     def host(self) -> str:
-        machine = self.run_json.get("machine")
-        return str(machine.get("hostname")) if isinstance(machine, dict) else f"shard-{self.shard}"
+        return self.info.machine.hostname or f"shard-{self.shard}"
 
 
 def load_shard_runs(paths: list[str]) -> list[ShardRunInput]:
@@ -52,7 +49,8 @@ def load_shard_runs(paths: list[str]) -> list[ShardRunInput]:
         shard = ((run_json.get("config") or {}).get("multihost") or {}).get("shard")
         if not (isinstance(shard, list) and len(shard) == 2 and all(isinstance(v, int) for v in shard)):
             raise BadInput(f"merge {path}: not a shard of a multi-host replay (it ran without --shard K/N)")
-        runs.append(ShardRunInput(path, table, run_json, shard[0], shard[1]))
+        info = run_info_from_json(run_json, f"merge {path}")
+        runs.append(ShardRunInput(path, table, run_json, info, shard[0], shard[1]))
     _check_same_replay(runs)
     return sorted(runs, key=lambda r: r.shard)
 
@@ -92,7 +90,7 @@ def clock_section(runs: list[ShardRunInput], merged: pa.Table, budget_ns: int | 
     and end; two hosts can differ by at most the sum of their bounds. Unmeasured: flagged."""
     hosts = []
     for run in runs:
-        clock = run.run_json.get("clock") or {}
+        clock = run.info.clock or {}
         readings = [clock.get(moment) or {} for moment in ("arm", "end")]
         offsets = [r.get("offset") for r in readings if isinstance(r.get("offset"), dict)]
         bound = max((int(o["bound_ns"]) for o in offsets), default=None)
@@ -139,7 +137,7 @@ def _default_budget_ns(merged: pa.Table) -> int | None:
 
 
 def _start_unix_ns(run: ShardRunInput) -> int:
-    start = run.run_json.get("start_unix_ns")
+    start = run.info.start_unix_ns
     if not isinstance(start, int):
         raise BadInput(f"merge {run.path}: the run never started (no start_unix_ns in run.json)")
     return start
@@ -155,10 +153,10 @@ def _check_same_replay(runs: list[ShardRunInput]) -> None:
             raise BadInput(f"merge {run.path}: shard {run.shard} given twice (also {seen[run.shard]})")
         seen[run.shard] = run.path
         for name in SAME_SETTINGS:
-            mine, theirs = (r.run_json.get("config", {}).get(name) for r in (run, first))
+            mine, theirs = (r.info.config.get(name) for r in (run, first))
             if mine != theirs:
                 raise BadInput(f"merge {run.path}: --{name.replace('_', '-')} differs from {first.path}'s")
-        if run.run_json.get("trace_fingerprint") != first.run_json.get("trace_fingerprint"):
+        if run.info.trace_fingerprint != first.info.trace_fingerprint:
             raise BadInput(f"merge {run.path}: replayed another trace than {first.path}")
 
 
@@ -173,10 +171,9 @@ def write_merged_run(
     table, base_unix_ns = merged_table(runs)
     clock = clock_section(runs, table, budget_ns)
     _write_results(table, out_dir)
-    infos = [r.run_json for r in runs]
-    counts = _merged_counts(infos)
-    stop_reason = _worst_stop_reason([i.get("stop_reason") for i in infos], bool(missing))
-    summary = _merged_summary(out_dir / RESULTS_FILE, infos[0], counts, stop_reason)
+    counts = _merged_counts([r.info.counts for r in runs])
+    stop_reason = _worst_stop_reason([r.info.stop_reason for r in runs], bool(missing))
+    summary = _merged_summary(out_dir / RESULTS_FILE, runs[0].run_json, counts, stop_reason)
     info = _merged_run_info(runs, counts, stop_reason, summary, clock, base_unix_ns)
     write_run_info(out_dir, info)
     return summary, clock
@@ -205,13 +202,10 @@ def _write_results(table: pa.Table, out_dir: Path) -> None:
     publish(tmp, out_dir / RESULTS_FILE)
 
 
-def _merged_counts(infos: list[dict]) -> dict[str, int]:
+def _merged_counts(shards: list[RunCounts]) -> dict[str, int]:
     """The run's counts: the trace's from the first shard (every shard read it), the rest summed."""
-    counts = {name: int((infos[0].get("counts") or {}).get(name) or 0) for name in _SHARED_COUNTS}
-    counts |= {
-        name: sum(int((i.get("counts") or {}).get(name) or 0) for i in infos) for name in _SHARD_COUNTS
-    }
-    return counts
+    counts = {name: getattr(shards[0], name) for name in _SHARED_COUNTS}
+    return counts | {name: sum(getattr(c, name) for c in shards) for name in _SHARD_COUNTS}
 
 
 def _merged_summary(results: Path, first: dict, counts: dict[str, int], stop_reason: str) -> dict:
@@ -246,44 +240,41 @@ def _merged_run_info(
 ) -> RunInfo:
     """run.json of the merged run: the first shard's settings, the widest bounds, every worker and
     host; no monotonic start and no server metrics (each host had its own clock and scrape)."""
-    from llmreplay.run_format import RunCounts, RunInfo, RunMachine, RunTarget, RunTrace
+    from llmreplay.run_format import RunMachine
 
-    infos = [r.run_json for r in runs]
+    infos = [r.info for r in runs]
     first = infos[0]
-    config = first.get("config") or {}
     return RunInfo(
-        config={**config, "multihost": {**config.get("multihost", {}), "shard": None}},
-        target=RunTarget(**first["target"]),
-        trace=RunTrace(**first["trace"]),
-        tokenizer=first.get("tokenizer", ""),
-        versions=first.get("versions", {}),
+        config={**first.config, "multihost": {**first.config.get("multihost", {}), "shard": None}},
+        target=first.target,
+        trace=first.trace,
+        tokenizer=first.tokenizer,
+        versions=first.versions,
         machine=RunMachine.this_one(),
-        started_unix_ns=min(int(i["started_unix_ns"]) for i in infos),
-        ended_unix_ns=max(int(i["ended_unix_ns"]) for i in infos),
+        started_unix_ns=min(i.started_unix_ns for i in infos),
+        ended_unix_ns=max(i.ended_unix_ns for i in infos),
         start_unix_ns=base_unix_ns,
         start_mono_ns=None,  # each host had its own monotonic clock
         stop_reason=stop_reason,
-        build_s=max(float(i.get("build_s") or 0) for i in infos),
-        workers=[
-            {**w, "shard": r.shard, "host": r.host} for r in runs for w in r.run_json.get("workers") or []
-        ],
-        coordinator_max_rss_mb=max(float(i.get("coordinator_max_rss_mb") or 0) for i in infos),
-        builder={"per_shard": [i.get("builder") for i in infos]},
+        build_s=max(i.build_s for i in infos),
+        workers=[{**w, "shard": r.shard, "host": r.host} for r in runs for w in r.info.workers],
+        coordinator_max_rss_mb=max(i.coordinator_max_rss_mb for i in infos),
+        builder={"per_shard": [i.builder for i in infos]},
         counts=RunCounts(**counts),
-        idle_removed_s=float(first.get("idle_removed_s") or 0),
-        schedule_span_s=max(float(i.get("schedule_span_s") or 0) for i in infos),
+        idle_removed_s=first.idle_removed_s,
+        schedule_span_s=max(i.schedule_span_s for i in infos),
         server_metrics=None,  # each host scraped the same endpoint: see the shards' own runs
         summary=summary,
-        preflight=first.get("preflight"),
-        phases=first.get("phases"),
-        trace_fingerprint=first.get("trace_fingerprint"),
+        preflight=first.preflight,
+        phases=first.phases,
+        trace_fingerprint=first.trace_fingerprint,
         clock=clock,
         hosts=[
             {
                 "shard": r.shard,
                 "host": r.host,
                 "run_dir": str(r.path),
-                "verdict": (r.run_json.get("summary") or {}).get("verdict", {}).get("headline"),
+                "verdict": (r.info.summary.get("verdict") or {}).get("headline"),
             }
             for r in runs
         ],

@@ -202,3 +202,27 @@ def test_soak_loops_of_one_request_are_distinct_rows(tmp_path):
     pq.write_table(pa.concat_tables([table, table]), run / RESULTS_FILE)
     with pytest.raises(BadInput, match="duplicate"):
         load_side(run, "run")
+
+
+def test_every_golden_run_json_reads_as_one_typed_record():
+    """run.json of every 1.x, typed in one place (llmreplay.run_format.run_info_from_json); a field missing
+    or of the wrong type is one line."""
+    import json
+    from pathlib import Path
+
+    import pytest
+
+    from llmreplay.errors import BadInput
+    from llmreplay.run_format import RunCounts, run_info_from_json
+
+    golden = sorted((Path(__file__).resolve().parents[3] / "samples" / "golden").glob("run-v*/run.json"))
+    assert len(golden) >= 5
+    for path in golden:
+        document = json.loads(path.read_text())
+        info = run_info_from_json({**document, "added_by_a_later_minor": 1}, str(path))
+        assert isinstance(info.counts, RunCounts) and info.counts.sent == document["counts"]["sent"]
+        assert info.counts.to_send == document["counts"].get("to_send", info.counts.planned)
+    with pytest.raises(BadInput, match="run.json lacks or misspells counts"):
+        run_info_from_json({k: v for k, v in document.items() if k != "counts"}, "r")
+    with pytest.raises(BadInput, match="must be integers"):
+        run_info_from_json({**document, "started_unix_ns": "soon"}, "r")
