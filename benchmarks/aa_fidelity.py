@@ -80,7 +80,8 @@ def main() -> int:
     parser.add_argument("--work", type=Path, help="keep recordings and runs here (default: a temporary dir)")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON to this file")
     parser.add_argument("--variant", choices=aa.VARIANTS, action="append", help="only this variant (repeatable)")
-    parser.add_argument("--kind", choices=aa.KINDS, action="append", help="only this traffic kind (repeatable)")
+    parser.add_argument("--kind", choices=(*aa.KINDS, aa.MIXED), action="append",
+                        help="only this traffic kind (repeatable; mixed: both in one production, as the engine test)")
     args = parser.parse_args()
     sizes = aa.QUICK if args.quick else aa.FULL
     # SIGTERM as an exception too: the finally blocks stop the recorders and vLLM (whose engine-core

@@ -30,7 +30,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +44,7 @@ from llmreplay.trace_io import read_trace
 
 SESSION_HEADER = "X-Session-Id"
 KINDS = ("single", "multi")
+MIXED = "mixed"  # both kinds in one production, as a day of chat traffic is (the engine test's one kind)
 VARIANTS = ("shape", "anonymized")
 # The product's promise, as the A/A test asserts it.
 RATIO_RANGE = (0.9, 1.1)  # TTFT/TPOT/E2E p50, replay / production: the issue's band, reported by the benchmark
@@ -136,6 +137,11 @@ def bursty_offsets(rng: random.Random, n: int, span_s: float) -> list[float]:
 def plan(kind: str, sizes: Sizes, seed: int, words_per_token: float) -> list[Item]:
     """The seeded schedule of one traffic kind. `seed` differs per phase so no phase finds another's
     prompts in the engine's prefix cache."""
+    if kind == MIXED:  # each kind at its own rate, over the same span: one production, one replay
+        both = plan("single", sizes, seed, words_per_token) + plan(
+            "multi", replace(sizes, conversation_span_s=sizes.single_span_s), seed, words_per_token
+        )
+        return sorted(both, key=lambda item: item.offset_s)
     rng = random.Random(f"aa-{kind}-{seed}")
 
     def text(tokens: tuple[int, int]) -> str:

@@ -4,10 +4,10 @@ Production: the official openai SDK (AsyncOpenAI) sending streamed chat requests
 through `llmreplay record --session-header X-Session-Id --tokenizer <the engine's tokenizer.json>` to
 the real vLLM (prefix caching on, cached tokens in usage); the recorder stopped with SIGINT; then
 `llmreplay replay` of the recording against the same engine (sessions and think time mirrored) and
-`llmreplay compare`. Two traffic kinds (single-turn on three long shared system prompts; 3-turn
-conversations sending back the assistant's actual answers), two variants (the shape trace; a --content
-recording through `anonymize --verify`). The scenario and its measurements: aa_scenario.py (shared with
-benchmarks/aa_fidelity.py, which prints the same figures).
+`llmreplay compare`. One production of both traffic kinds at once (single-turn on three long shared
+system prompts, and 3-turn conversations sending back the assistant's actual answers: aa.MIXED), two
+variants (the shape trace; a --content recording through `anonymize --verify`). The scenario and its
+measurements: aa_scenario.py (shared with benchmarks/aa_fidelity.py, which also runs each kind alone).
 
 Asserted per variant and kind: compare reads GO (exit 0) and the replay faithful; TTFT/TPOT/E2E p50 replay/production
 within this engine's measured A/A spread (ENGINE_TEST_RATIO_RANGE; the benchmark reports them against 0.9-1.1);
@@ -31,7 +31,7 @@ from engine_client import record_figure
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(2400)]
 
-PHASES = [(v, k) for v in aa.VARIANTS for k in aa.KINDS]
+PHASES = [(v, aa.MIXED) for v in aa.VARIANTS]  # each variant's single requests and conversations at once
 
 
 def _llama_skip_reason(engine) -> str:
@@ -59,7 +59,7 @@ def aa_results(engine, tmp_path_factory) -> dict[tuple[str, str], aa.PhaseResult
     work = tmp_path_factory.mktemp(f"aa-{engine.name}")
     with aa.pinned(engine.proc.pid):
         results = aa.run_all(engine.base_url, engine.model, str(engine.model_dir / "tokenizer.json"), aa.TEST,
-                             work)
+                             work, kinds=(aa.MIXED,))
     for (variant, kind), res in results.items():
         record_figure(engine.name, f"aa_{variant}_{kind}", {
             "compare": f"exit {res.compare_exit}: {res.compare_verdict}",

@@ -69,7 +69,9 @@ def test_reasoning_is_measured_alike_recorded_replayed_and_compared(processes, s
     twice = _compare(trace_dir, runs["twice"])
     assert twice["exit_code"] == 1
     cells = twice["latency"]
-    assert {cells["ttfo"]["comparison"][f"p{q}"]["verdict"] for q in (50, 90)} == {"regression"}
+    assert cells["ttfo"]["comparison"]["p50"]["verdict"] == "regression"
+    p90 = cells["ttfo"]["comparison"]["p90"]  # 24 requests: too few beyond p90 to call a change
+    assert p90["few_samples"] and p90["verdict"] == "inconclusive" and p90["ci_low"] > 1.0
     assert "regression" not in {cell["verdict"] for cell in cells["ttft"]["comparison"].values()}
     assert "reasoning share of output 33% -> 67%" in twice["verdict"]["headline"]
 
