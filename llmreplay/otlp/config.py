@@ -9,6 +9,7 @@ import urllib.parse
 from dataclasses import dataclass
 
 from llmreplay.errors import BadInput
+from llmreplay.http_headers import parse_env_headers
 from llmreplay.options import duration_s, http_url, option
 
 INSTALL_HINT = "pip install 'llmreplay[otel]'"
@@ -30,12 +31,6 @@ def parse_endpoint(text: str, flag: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(path=parts.path.rstrip("/")))
 
 
-def _env_headers(values: tuple[str, ...], flag: str) -> tuple[tuple[str, str], ...]:
-    from llmreplay.http_headers import parse_env_headers
-
-    return parse_env_headers(values, flag)
-
-
 @dataclass(frozen=True, slots=True)
 class OtlpConfig:
     """Where and what to send; header values are secrets and never reach a message, a file or an attribute.
@@ -53,7 +48,7 @@ class OtlpConfig:
         (),
         flags=("--otlp-header-from-env",),
         multiple=True,
-        parse=_env_headers,
+        parse=parse_env_headers,
         repr=False,
         metavar="NAME:ENV",
         help="Header NAME sent to the collector, its value the environment variable ENV (repeatable; e.g. "

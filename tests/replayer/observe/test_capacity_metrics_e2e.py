@@ -10,18 +10,11 @@ import time
 import urllib.request
 
 import pytest
-from live_processes import ROOT, ProcessPool, free_port, llmreplay_cmd, start_sim_process
+from live_processes import ROOT, free_port, llmreplay_cmd, start_sim_process
 from prometheus_servers import binary, start_pushgateway
 from replay_helpers import content_record, write_content_trace
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def pool(tmp_path):
-    pool = ProcessPool(tmp_path)
-    yield pool
-    pool.stop_all()
 
 
 def _samples(body: str, name: str) -> list[tuple[str, float]]:
@@ -32,10 +25,10 @@ def _samples(body: str, name: str) -> list[tuple[str, float]]:
     ]
 
 
-def test_one_live_endpoint_across_the_steps_and_each_step_pushed(tmp_path, pool):
+def test_one_live_endpoint_across_the_steps_and_each_step_pushed(tmp_path, processes):
     binary("prometheus-pushgateway")
-    target = start_sim_process(pool, "--profile", "fast")
-    gateway = start_pushgateway(pool)
+    target = start_sim_process(processes, "--profile", "fast")
+    gateway = start_pushgateway(processes)
     records = [content_record(i, i * 100.0) for i in range(60)]  # 6 s at 10 req/s
     trace = write_content_trace(tmp_path / "t.parquet", records)
     port = free_port()
@@ -43,7 +36,7 @@ def test_one_live_endpoint_across_the_steps_and_each_step_pushed(tmp_path, pool)
     flags += ["--max-dispatch-lag", "50ms", "--metrics-port", str(port), "--pushgateway", gateway]
     cmd = llmreplay_cmd("capacity", str(trace), "--target", target, "-o", str(tmp_path / "cap"), *flags)
     search = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    pool.procs.append(search)
+    processes.procs.append(search)
     factors, sent = set(), []
     deadline = time.monotonic() + 120
     while search.poll() is None and time.monotonic() < deadline:  # two steps of ~5 s each

@@ -9,17 +9,10 @@ import time
 import urllib.request
 
 import pytest
-from live_processes import ProcessPool, free_port, start_sim_process
+from live_processes import free_port, start_sim_process
 from replay_helpers import ROOT, content_record, replay_cmd, results, run_info, write_content_trace
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def pool(tmp_path):
-    pool = ProcessPool(tmp_path)
-    yield pool
-    pool.stop_all()
 
 
 def _sample(body: str, name: str) -> float | None:
@@ -27,8 +20,8 @@ def _sample(body: str, name: str) -> float | None:
     return None if line is None else float(line.rsplit(" ", 1)[1])
 
 
-def test_live_metrics_during_the_run_and_a_failed_push_is_a_warning(tmp_path, pool):
-    target = start_sim_process(pool, "--profile", "fast")
+def test_live_metrics_during_the_run_and_a_failed_push_is_a_warning(tmp_path, processes):
+    target = start_sim_process(processes, "--profile", "fast")
     trace = write_content_trace(tmp_path / "t.parquet", [content_record(i, i * 50.0) for i in range(50)])
     port, closed = free_port(), free_port()
     cmd = replay_cmd(
@@ -42,7 +35,7 @@ def test_live_metrics_during_the_run_and_a_failed_push_is_a_warning(tmp_path, po
         f"http://127.0.0.1:{closed}/",
     )
     replay = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    pool.procs.append(replay)
+    processes.procs.append(replay)
     sent = []
     deadline = time.monotonic() + 60
     while replay.poll() is None and time.monotonic() < deadline:  # the run is ~2.5 s

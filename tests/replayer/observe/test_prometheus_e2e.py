@@ -12,7 +12,7 @@ import urllib.request
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from live_processes import ProcessPool, free_port, start_sim_process
+from live_processes import free_port, start_sim_process
 from prometheus_servers import binary, promtool_check, query, start_prometheus, start_pushgateway, wait_for
 from replay_helpers import ROOT, content_record, replay_cmd, run_info, write_content_trace
 
@@ -22,13 +22,6 @@ from replayer.results.summary import measured_rows
 pytestmark = pytest.mark.e2e
 REQUESTS = 60
 SPACING_MS = 80.0  # ~5 s of trace: a few scrapes at 1 s
-
-
-@pytest.fixture
-def pool(tmp_path):
-    pool = ProcessPool(tmp_path)
-    yield pool
-    pool.stop_all()
 
 
 def _scrape(url: str) -> str | None:
@@ -44,14 +37,14 @@ def _value(found: list[dict]) -> float:
     return float(found[0]["value"][1])
 
 
-def test_prometheus_scrapes_the_live_run_and_receives_the_finished_one(tmp_path, pool):
+def test_prometheus_scrapes_the_live_run_and_receives_the_finished_one(tmp_path, processes):
     for name in ("prometheus", "prometheus-pushgateway", "promtool"):
         binary(name)  # skip before anything starts
-    target = start_sim_process(pool, "--profile", "fast")
-    gateway = start_pushgateway(pool)
+    target = start_sim_process(processes, "--profile", "fast")
+    gateway = start_pushgateway(processes)
     metrics_port = free_port()
     prometheus = start_prometheus(
-        pool,
+        processes,
         tmp_path / "prometheus",
         {"pushgateway": gateway.removeprefix("http://"), "llmreplay": f"127.0.0.1:{metrics_port}"},
     )
@@ -71,7 +64,7 @@ def test_prometheus_scrapes_the_live_run_and_receives_the_finished_one(tmp_path,
         f"{prometheus}/api/v1/write",
     )
     replay = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    pool.procs.append(replay)
+    processes.procs.append(replay)
     live_bodies = []
     deadline = time.monotonic() + 60
     while replay.poll() is None and time.monotonic() < deadline:  # bounded: the run is ~5 s
