@@ -86,16 +86,14 @@ def histogram_delta(before: dict[float, float], after: dict[float, float]) -> di
     return {le: after[le] - before.get(le, 0.0) for le in sorted(after)}
 
 
-def quantile_bucket(cumulative: dict[float, float], q: float) -> tuple[float, float]:
-    """The bucket (lower, upper] holding the q-quantile of a cumulative histogram (as Prometheus ranks it)."""
-    edges = sorted(cumulative)
-    rank = q * cumulative[edges[-1]]
+def rank_bucket(cumulative: dict[float, float], rank: int) -> tuple[float, float]:
+    """The bucket (lower, upper] holding the rank-th smallest observation (1-based) of a cumulative histogram."""
     lower = 0.0
-    for le in edges:
+    for le in sorted(cumulative):
         if cumulative[le] >= rank:
             return lower, le
         lower = le
-    raise AssertionError(f"no bucket holds rank {rank} of {cumulative}")
+    raise AssertionError(f"no bucket holds observation {rank} of {cumulative}")
 
 
 def neighbour_edges(cumulative: dict[float, float], bucket: tuple[float, float]) -> tuple[float, float]:
