@@ -130,7 +130,7 @@ def _drive(
         raise
     if not workers.interrupted:
         workers.tell(("load",))
-        load_s = _await_ready(workers.pipes, workers.procs)
+        load_s = _await_ready(workers)
         prepared = dataclasses.replace(prepared, build_s=prepared.build_s + load_s)
     if workers.interrupted:
         workers.tell(("stop",))
@@ -166,15 +166,24 @@ def _start_scraper(config: ReplayConfig, target: TargetInfo, start_ns: int) -> M
     return scraper
 
 
-def _await_ready(pipes, procs) -> float:
+def _await_ready(workers: _Workers) -> float:
+    """The longest worker load; returns early once SIGINT/SIGTERM came (the workers it stopped may
+    close their pipes mid-load: that is the interrupt, not a failure)."""
     build_s = 0.0
-    for pipe, proc in zip(pipes, procs, strict=True):
+    for pipe, proc in zip(workers.pipes, workers.procs, strict=True):
         while not pipe.poll(0.1):
+            if workers.interrupted:
+                return build_s
             if not proc.is_alive():
                 raise RuntimeError(f"worker {proc.name} exited with {proc.exitcode} while preparing")
-        message = pipe.recv()
+        try:
+            message = pipe.recv()
+        except (EOFError, OSError):
+            if workers.interrupted:
+                return build_s
+            raise RuntimeError(f"worker {proc.name} closed its pipe while preparing") from None
         if message[0] == "error":
-            for p in procs:
+            for p in workers.procs:
                 p.kill()
             if message[2]:
                 raise BadInput(message[1].removeprefix("BadInput: "))
@@ -221,13 +230,21 @@ def _run_stop_reason(reasons: list[str]) -> str:
     return "completed"
 
 
+def _last_word(pipe) -> tuple | None:
+    """The worker's waiting report, or None: none sent, or it closed its pipe first (stopped mid-load)."""
+    try:
+        return pipe.recv() if pipe.poll(0) else None
+    except (EOFError, OSError):
+        return None
+
+
 def _finish(workers: _Workers, scraper, prepared: Prepared, start, stop_reason, config) -> Execution:
     """Collect the workers' reports; `start`: (started_unix_ns, start_unix_ns, start_mono_ns)."""
     reasons, reports = [], []
     for proc, pipe in zip(workers.procs, workers.pipes, strict=True):
         proc.join(config.grace_ns / 1e9 + EXIT_GRACE_S)
-        if pipe.poll(0):
-            message = pipe.recv()
+        message = _last_word(pipe)
+        if message is not None:
             if message[0] == "done":
                 reasons.append(message[1]["stop_reason"])
                 reports.append(message[1])
