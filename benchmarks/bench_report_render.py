@@ -22,9 +22,9 @@ sys.path.insert(0, str(ROOT / "tests" / "compare"))
 
 from compare_fixtures import Shape, latencies_ns, write_run, write_trace_file  # noqa: E402
 
-from replayer.compare.inputs import load_side  # noqa: E402
 from replayer.compare.sides import CompareConfig, compare_sides  # noqa: E402
 from replayer.judge.slo import parse_slo  # noqa: E402
+from replayer.measured.side import load_side  # noqa: E402
 from replayer.report.html import write_html  # noqa: E402
 
 CHROMIUM_FLAGS = (

@@ -417,8 +417,9 @@ def _run_info(
 def _phase_summary(run_dir: Path, ready: Ready) -> dict:
     """The summary's cold start and, after --soak, its drift: what `report` shows of them."""
     from replayer.compare.config import CompareConfig
-    from replayer.compare.inputs import load_side
-    from replayer.compare.sides import cold_start, soak_drift
+    from replayer.compare.sides import soak_drift
+    from replayer.measured.cold_start import cold_start
+    from replayer.measured.side import load_side
 
     try:
         side = load_side(run_dir, "run")

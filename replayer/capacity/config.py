@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from llmreplay.errors import BadInput
 from llmreplay.options import duration, factor, option, positive
 from replayer.capacity.search import DEFAULT_MAX_STEPS
-from replayer.compare.config import parse_slos
 from replayer.config import ReplayConfig
+from replayer.judge.gate_limits import slos_field
 
 NS_PER_S = 1_000_000_000
 # ReplayConfig's fields a step takes from the command line (their declarations stay there).
@@ -69,13 +69,8 @@ class CapacityConfig:
         metavar="DIR",
         help="Capacity directory (steps and capacity.json).",
     )
-    slos: tuple = option(
-        (),
-        flags=("--slo",),
-        multiple=True,
-        metavar="SLO",
-        parse=parse_slos,
-        help="SLO a step must meet (its CI's upper bound), repeatable: ttft_p95<=500ms, tpot_p95<=50ms.",
+    slos: tuple = slos_field(
+        "SLO a step must meet (its CI's upper bound), repeatable: ttft_p95<=500ms, tpot_p95<=50ms."
     )
     by: str = option(
         "scale",

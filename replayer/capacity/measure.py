@@ -13,12 +13,12 @@ import replayer.capacity.noise as noise
 import replayer.judge.slo as judge_slo
 import replayer.judge.stats as judge_stats
 from llmreplay.metrics import success_mask
-from replayer.compare.inputs import Side
-from replayer.compare.latency import samples
-from replayer.compare.requests import RequestColumns, build_requests
 from replayer.judge import run_fidelity
 from replayer.judge.error_gate import error_counts
 from replayer.judge.gate_limits import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, CONFIDENCE, FidelityLimits
+from replayer.measured.requests import RequestColumns, build_requests
+from replayer.measured.samples import samples
+from replayer.measured.side import Side
 
 SHOWN_METRICS = ("ttft", "ttfo", "tpot", "e2e")
 SHOWN_PERCENTILES = (50, 95, 99)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from llmreplay.run_format import RESULTS_FILE, RUN_FILE
 from replayer.capacity.measure import CLIENT_BOUND, INTERRUPTED, PASS, Clock, measure
-from replayer.compare.inputs import load_side
 from replayer.config import ReplayConfig
+from replayer.measured.side import load_side
 from replayer.results.server_series import run_server_metrics
 
 STEPS_DIR = "steps"

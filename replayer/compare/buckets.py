@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from replayer.compare.latency import CellSettings, latency_rows, samples
-from replayer.compare.requests import RequestColumns
+from replayer.compare.config import CellSettings
+from replayer.compare.latency import latency_rows
+from replayer.measured.requests import RequestColumns
+from replayer.measured.samples import samples
 
 INPUT_TOKEN_EDGES = (512, 2048, 8192)
 INPUT_TOKEN_LABELS = ("<512", "512-2k", "2k-8k", ">8k")

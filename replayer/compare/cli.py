@@ -57,8 +57,8 @@ def compare(baseline, candidate, as_json, html_path, junit_path, csv_path, **val
     One headline first, then per metric percentile a paired-bootstrap CI and verdict, SLOs, errors,
     fidelity. Exit 1 when the gate fails (see docs/howto-gate-ci.md), 2 on bad input.
     """
-    from replayer.compare.inputs import load_side
     from replayer.compare.sides import compare_sides
+    from replayer.measured.side import load_side
 
     config = options.build(CompareConfig, values)
     outputs = {"--html": html_path, "--junit": junit_path, "--csv": csv_path}
@@ -78,8 +78,8 @@ def report(run, as_json, html_path, junit_path, csv_path, **values):
     Exit 1 when the run was interrupted or unfaithful, its error rate is over --max-error-rate, or
     an SLO is breached; 2 on bad input.
     """
-    from replayer.compare.inputs import load_side
     from replayer.compare.sides import summarize_side
+    from replayer.measured.side import load_side
 
     config = options.build(CompareConfig, values)
     outputs = {"--html": html_path, "--junit": junit_path, "--csv": csv_path}

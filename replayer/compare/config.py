@@ -15,17 +15,12 @@ from replayer.judge.gate_limits import (
     ERROR_RATE_TOLERANCE,
     FidelityLimits,
     max_error_rate_field,
+    slos_field,
 )
 
 REPORT_FIELDS = frozenset(  # report has no baseline
     {"slos", "max_dispatch_lag_p99_ns", "max_cached_share_difference", "max_error_rate"}
 )
-
-
-def parse_slos(texts: tuple[str, ...], flag: str) -> tuple:
-    from replayer.judge.slo import parse_slo
-
-    return tuple(parse_slo(text) for text in texts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +53,8 @@ class CompareConfig:
         **share(),
     )
     max_error_rate: float = max_error_rate_field()  # the candidate's (or the run's) error share
-    slos: tuple = option(
-        (),
-        flags=("--slo",),
-        multiple=True,
-        metavar="SLO",
-        parse=parse_slos,
-        help="Per-request and percentile SLO, repeatable: ttft_p95<=500ms, tpot_p99<=50ms, e2e_p99<=20s.",
+    slos: tuple = slos_field(
+        "Per-request and percentile SLO, repeatable: ttft_p95<=500ms, tpot_p99<=50ms, e2e_p99<=20s."
     )
     offset_ttft_ns: int = option(
         0,

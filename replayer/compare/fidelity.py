@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from replayer.compare.requests import RequestColumns
 from replayer.judge.gate_limits import FidelityLimits
 from replayer.judge.run_fidelity import (
     FAIL,
@@ -17,6 +16,7 @@ from replayer.judge.run_fidelity import (
     cached_share_check,
     check_row,
 )
+from replayer.measured.requests import RequestColumns
 
 CACHE_BLOCK_TOKENS = 16  # one engine KV-cache block: cached counts closer than this are the same hit
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from replayer.compare.requests import RequestColumns
+from replayer.measured.requests import RequestColumns
 
 NICE_WINDOWS_S = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400)
 TARGET_WINDOWS = 60

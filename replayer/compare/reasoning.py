@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from replayer.compare.requests import RequestColumns
+from replayer.measured.requests import RequestColumns
 
 
 def reasoning_share(requests: RequestColumns) -> float | None:

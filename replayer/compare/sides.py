@@ -24,12 +24,15 @@ from llmreplay.run_format import stated_load
 from replayer.compare import time_blocks
 from replayer.compare.apis import api_section
 from replayer.compare.buckets import buckets_section
-from replayer.compare.cold_start import cold_mask, cold_start_section
 from replayer.compare.config import CompareConfig
-from replayer.compare.inputs import RUN, TRACE, Side, shift_latencies
-from replayer.compare.latency import Samples, latency_rows, sample_warnings, samples
+from replayer.compare.latency import latency_rows, sample_warnings
 from replayer.compare.reasoning import reasoning_share
-from replayer.compare.requests import (
+from replayer.judge import run_fidelity
+from replayer.judge.error_gate import commonest_messages, engine_error_mask, error_counts, error_rate_check
+from replayer.judge.trace_cache import run_trace_cache
+from replayer.judge.verdict import verdict
+from replayer.measured.cold_start import cold_start
+from replayer.measured.requests import (
     RequestColumns,
     build_requests,
     own_duration_s,
@@ -37,10 +40,8 @@ from replayer.compare.requests import (
     side_load,
     time_scale,
 )
-from replayer.judge import run_fidelity
-from replayer.judge.error_gate import commonest_messages, engine_error_mask, error_counts, error_rate_check
-from replayer.judge.trace_cache import run_trace_cache
-from replayer.judge.verdict import verdict
+from replayer.measured.samples import Samples, samples
+from replayer.measured.side import RUN, TRACE, Side, shift_latencies
 from replayer.results.server_series import run_server_metrics
 
 CDF_POINTS = 201
@@ -207,21 +208,11 @@ def summarize_side(side: Side, config: CompareConfig) -> dict:
     return result
 
 
-# --- warm-up, cold start and soak drift (replayer.compare.cold_start, replayer.compare.drift) -----
+# --- warm-up, cold start and soak drift (replayer.measured.cold_start, replayer.compare.drift) -----
 
 
 def _cold_starts(sides: list[Side]) -> dict:
     return {s.label: cold_start(s) for s in sides if s.kind == RUN}
-
-
-def cold_start(side: Side) -> dict:
-    """A run's cold start (replayer.compare.cold_start's rule) beside the rest of its requests."""
-    warm = side.warmup
-    if warm is not None and warm.num_rows:
-        req = build_requests(dataclasses.replace(side, table=pa.concat_tables([warm, side.table])))
-        return cold_start_section(req, np.arange(len(req)) < warm.num_rows, "warmup")
-    req = build_requests(side)
-    return cold_start_section(req, cold_mask(req), "first_requests")
 
 
 def _drifts(sides: list[Side], config: CompareConfig) -> dict:

@@ -43,6 +43,17 @@ class FidelityLimits:
     )
 
 
+def slos_field(help_text: str):
+    """The repeatable `--slo` field (ttft_p95<=500ms); `help_text` says what the command judges with it."""
+    return option((), flags=("--slo",), multiple=True, metavar="SLO", parse=_parse_slos, help=help_text)
+
+
+def _parse_slos(texts: tuple[str, ...], flag: str) -> tuple:
+    from replayer.judge.slo import parse_slo  # numpy: not at the CLI's start
+
+    return tuple(parse_slo(text) for text in texts)
+
+
 def max_error_rate_field():
     """The `--max-error-rate` field of a config that gates on errors (replay, compare, report)."""
     return option(

@@ -612,7 +612,7 @@ def _definitions_section(result: dict) -> str:
 
 
 def _cold_start_section(result: dict) -> str:
-    """Each run's cold start (replayer.compare.cold_start) beside the rest of its requests."""
+    """Each run's cold start (replayer.measured.cold_start) beside the rest of its requests."""
     rows, notes, rule = [], [], ""
     for label, section in (result.get("cold_start") or {}).items():
         rule = section["rule"]

@@ -252,7 +252,7 @@ DRIFT_STYLES = {
 
 
 def _cold_start(result: dict, console: Console) -> None:
-    """Each run's cold start beside the rest (replayer.compare.cold_start), and its tail note."""
+    """Each run's cold start beside the rest (replayer.measured.cold_start), and its tail note."""
     for label, section in (result.get("cold_start") or {}).items():
         if not section["requests"]:
             continue

@@ -236,7 +236,7 @@ def print_summary(summary: dict, console) -> None:
 
 
 def _print_phases(summary: dict, console) -> None:
-    """The cold-start note and a soak's drift headline and findings (replayer.compare.cold_start, .drift)."""
+    """The cold-start note and a soak's drift headline and findings (replayer.measured.cold_start, .drift)."""
     cold = summary.get("cold_start")
     if cold and cold["requests"] and cold["source"] == "warmup":
         console.print(f"warm-up: {cold['requests']} requests sent first, in no verdict")

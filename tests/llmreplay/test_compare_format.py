@@ -54,9 +54,9 @@ def test_golden_result_reads_and_its_cases_agree_with_its_verdict(path):
 def test_the_golden_result_has_the_keys_compare_writes_today(tmp_path):
     """A key added to the result is a minor version (a new golden file); one removed or renamed, a major."""
     from replayer.compare.config import CompareConfig
-    from replayer.compare.inputs import load_side
     from replayer.compare.sides import compare_sides
     from replayer.judge.slo import parse_slo
+    from replayer.measured.side import load_side
 
     run = ROOT / "samples" / "golden" / "run-v1.4"
     config = CompareConfig(slos=(parse_slo("ttft_p95<=50ms"), parse_slo("e2e_p99<=20s")))

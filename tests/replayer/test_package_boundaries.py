@@ -15,7 +15,7 @@ from import_footprint import heavy_modules_loaded
 
 ROOT = Path(__file__).resolve().parents[2]
 REPLAYER = ROOT / "replayer"
-PACKAGES = ("plan", "loop", "results", "judge", "compare", "report", "capacity")
+PACKAGES = ("plan", "loop", "results", "judge", "measured", "compare", "report", "capacity")
 HEAVY = ("numpy", "pyarrow", "tokenizers", "tiktoken", "mistral_common", "faker", "pandas")
 
 # room -> the modules of other replayer rooms it may import ("plan.*": the whole room).
@@ -24,9 +24,11 @@ ALLOWED = {
     "plan": {"config", "loop.request_file", "loop.answer_echo", "loop.process_memory", "loop.http_pool"},
     "results": {"plan.*", "loop.*", "judge.*"},
     "judge": set(),  # gate limits, error gate, run fidelity, SLOs, statistics, verdict: below all who judge
-    "compare": {"report.*", "judge.*", "results.server_series"},
+    "measured": {"judge.*"},  # a run or trace read as measurements: below results, compare and capacity
+    "compare": {"report.*", "judge.*", "measured.*", "results.server_series"},
     "report": set(),
-    "capacity": {"compare.*", "report.*", "judge.*", "results.server_series", "config", "coordinator"},
+    # a step is one side judged alone: it reads it through measured/, never through compare/
+    "capacity": {"measured.*", "report.*", "judge.*", "results.server_series", "config", "coordinator"},
 }
 # room -> the composition root's modules it may import (capacity runs whole replays, like the CLI).
 ROOT_DOORS = {"capacity": {"replayer.coordinator"}}

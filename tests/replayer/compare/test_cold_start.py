@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from replayer.compare.cold_start import RULE, cold_window_ns, dominates, tail_share
-from replayer.compare.inputs import load_side
 from replayer.compare.sides import cold_start
+from replayer.measured.cold_start import RULE, cold_window_ns, dominates, tail_share
+from replayer.measured.side import load_side
 
 GOLDEN = Path(__file__).resolve().parents[3] / "samples" / "golden"
 S = 1_000_000_000

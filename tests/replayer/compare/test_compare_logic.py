@@ -11,10 +11,10 @@ from compare_fixtures import Shape, latencies_ns, write_run
 
 from llmreplay.metrics import itl_values_ns
 from llmreplay.run_format import RESULT_SCHEMA
-from replayer.compare.inputs import RUN, Side, load_side
 from replayer.compare.load import load_windows, window_width_s
-from replayer.compare.requests import build_requests, time_scale
 from replayer.compare.sides import CompareConfig, compare_sides, summarize_side
+from replayer.measured.requests import build_requests, time_scale
+from replayer.measured.side import RUN, Side, load_side
 
 T0 = datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC)
 

@@ -16,8 +16,8 @@ from llmreplay.cli import cli
 from llmreplay.run_format import RESULTS_FILE, RUN_FILE, SERVER_METRICS_FILE
 from replayer.compare.config import CompareConfig
 from replayer.compare.drift import drift_headline, soak_loops, trend
-from replayer.compare.inputs import load_side
 from replayer.compare.sides import soak_drift
+from replayer.measured.side import load_side
 from replayer.results.server_metrics import SERVER_METRICS_SCHEMA
 
 GOLDEN = Path(__file__).resolve().parents[3] / "samples" / "golden" / "run-v1.4"

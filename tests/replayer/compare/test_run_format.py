@@ -34,7 +34,7 @@ from llmreplay.run_format import (
     write_run_info,
 )
 from llmreplay.trace_arrow import trace_schema
-from replayer.compare.inputs import load_side
+from replayer.measured.side import load_side
 
 ROOT = Path(__file__).resolve().parents[3]
 GOLDEN = sorted((ROOT / "samples" / "golden").glob("run-v*"))

@@ -9,8 +9,8 @@ from compare_fixtures import Shape, latencies_ns, write_run
 
 import replayer.compare.time_blocks as time_blocks
 from replayer.compare.config import CompareConfig
-from replayer.compare.inputs import load_side
 from replayer.compare.sides import compare_sides
+from replayer.measured.side import load_side
 
 
 def _ar1(rng: np.random.Generator, n: int, rho: float, sigma: float) -> np.ndarray:

@@ -15,8 +15,8 @@ import pyarrow.compute as pc
 from llmreplay.metrics import BY_NAME, per_request_latencies_ns, success_mask
 from llmreplay.run_format import stated_load
 from llmreplay.trace_arrow import float_values
-from replayer.compare.inputs import RUN, Side
 from replayer.judge.error_gate import CLIENT_SIDE_ERRORS
+from replayer.measured.side import RUN, Side
 
 LOAD_MATCH_TOLERANCE = 0.01  # relative difference of speed or scale still called the same load
 

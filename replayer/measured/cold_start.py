@@ -2,15 +2,19 @@
 
 The rule, stated once: with --warmup the warm-up rows are the cold start; without, the requests sent
 within COLD_START_NS of the first send or the first COLD_START_SHARE of the run, whichever is shorter.
-Pure over per-request arrays (replayer.compare.requests).
+Pure over per-request arrays (replayer.measured.requests), but for `cold_start`, which builds them.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import dataclasses
 
-from replayer.compare.latency import distribution
-from replayer.compare.requests import RequestColumns
+import numpy as np
+import pyarrow as pa
+
+from replayer.measured.requests import RequestColumns, build_requests
+from replayer.measured.samples import distribution
+from replayer.measured.side import Side
 
 COLD_START_NS = 10_000_000_000  # 10 s
 COLD_START_SHARE = 0.05  # of the run's span, first send to last answer
@@ -94,3 +98,13 @@ def cold_start_section(req: RequestColumns, cold: np.ndarray, source: str) -> di
         "tails": tails,
         "note": note,
     }
+
+
+def cold_start(side: Side) -> dict:
+    """A run's cold start (the rule above) beside the rest of its requests."""
+    warm = side.warmup
+    if warm is not None and warm.num_rows:
+        req = build_requests(dataclasses.replace(side, table=pa.concat_tables([warm, side.table])))
+        return cold_start_section(req, np.arange(len(req)) < warm.num_rows, "warmup")
+    req = build_requests(side)
+    return cold_start_section(req, cold_mask(req), "first_requests")
