@@ -12,7 +12,7 @@ from llmreplay.output_paths import publish, temp_path
 from replayer.capacity.config import IDENTITY
 
 FORMAT = "llmreplay.capacity"
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"
 READABLE_MAJOR = "1"
 CAPACITY_FILE = "capacity.json"
 

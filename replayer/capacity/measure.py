@@ -1,6 +1,8 @@
 """One step's run measured over its window: offered and achieved load, goodput, latency percentiles with
 CIs, SLO verdicts on the CI's upper bound, errors, cold start, whether the server kept up or the client
-was the limit. Pure over a Side whose table holds the measured rows (the warm-up rows are Side.warmup).
+was the limit. Requests close in time share the server's fate (a batch, a queue): every CI counts them as
+the effective sample their autocorrelation leaves (replayer.judge.time_blocks), not one draw each.
+Pure over a Side whose table holds the measured rows (the warm-up rows are Side.warmup).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import replayer.capacity.noise as noise
 import replayer.judge.slo as judge_slo
 import replayer.judge.stats as judge_stats
 from llmreplay.metrics import success_mask
-from replayer.judge import run_fidelity
+from replayer.judge import run_fidelity, time_blocks
 from replayer.judge.error_gate import error_counts
 from replayer.judge.gate_limits import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, CONFIDENCE, FidelityLimits
 from replayer.measured.requests import RequestColumns, build_requests
@@ -53,14 +55,16 @@ def measure(side: Side, clock: Clock, slos: tuple, limits: FidelityLimits, max_e
     good["served_se_per_s"] = achieved["se_per_s"] * share
     rng = judge_stats.make_rng(BOOTSTRAP_SEED)
     sample = samples(req, np.arange(len(req)), everyone)
+    dependence = _dependence(req)
     lag_p99_ms, bound_reason = _client_bound(side, req, limits)
     rate = achieved["requests_per_s"]
     row = {
         "offered": offered,
         "achieved": achieved,
         "goodput": good,
-        "latency": {name: _percentiles(sample.sorted[name], rng) for name in SHOWN_METRICS},
-        "slos": [_slo_row(slo, sample, rng) for slo in slos],
+        "latency": {name: _percentiles(sample.sorted[name], rng, dependence) for name in SHOWN_METRICS},
+        "slos": [_slo_row(slo, sample, rng, dependence) for slo in slos],
+        "dependence": dependence.as_dict(),
         "errors": _errors(req, everyone, max_error_rate),
         "cold_start": cold_start(side),
         "dispatch_lag_p99_ms": lag_p99_ms,
@@ -154,6 +158,25 @@ def _kept_up(row: dict, req: RequestColumns) -> tuple[bool, str | None]:
     return grew is None, grew
 
 
+def _dependence(req: RequestColumns) -> time_blocks.Dependence:
+    """How strongly neighbouring requests' latencies move together: the strongest of the per-request
+    metrics' log values in send order (successful requests), as compare measures its paired differences."""
+    order = np.argsort(req.start_ns, kind="stable")
+    series = {}
+    for name in judge_slo.GOODPUT_METRICS:
+        values = req.latency_ns[name][order]
+        keep = req.success[order] & np.isfinite(values) & (values > 0)
+        series[name] = np.log(values[keep])
+    return time_blocks.dependence(series)
+
+
+def _effective(count: int, dependence: time_blocks.Dependence) -> int | None:
+    """`count` correlated values as independent ones (None: no fewer than they are)."""
+    if dependence.autocorrelation_time <= 1.0:
+        return None
+    return max(1, int(count / dependence.autocorrelation_time))
+
+
 def _interval(sorted_values: np.ndarray, q: float, rng, effective_n: int | None = None) -> dict:
     value = judge_stats.sorted_quantile(sorted_values, q)
     if value is None:
@@ -164,19 +187,24 @@ def _interval(sorted_values: np.ndarray, q: float, rng, effective_n: int | None 
     return {"value_ms": value / 1e6, "ci_low_ms": float(low) / 1e6, "ci_high_ms": float(high) / 1e6}
 
 
-def _percentiles(sorted_values: np.ndarray, rng) -> dict:
+def _percentiles(sorted_values: np.ndarray, rng, dependence: time_blocks.Dependence) -> dict:
     out: dict = {"count": int(sorted_values.size)}
+    effective_n = _effective(sorted_values.size, dependence)
     for p in SHOWN_PERCENTILES:
-        out[f"p{p}"] = _interval(sorted_values, p / 100, rng)
+        out[f"p{p}"] = _interval(sorted_values, p / 100, rng, effective_n)
     return out
 
 
-def _slo_row(slo, sample, rng) -> dict:
-    """The SLO's percentile and its CI; it passes only when the CI's upper bound is within the threshold."""
+def _slo_row(slo, sample, rng, dependence: time_blocks.Dependence) -> dict:
+    """The SLO's percentile and its CI; it passes only when the CI's upper bound is within the threshold.
+    ITL gaps count as the requests behind them, those as their effective sample."""
+    values = sample.sorted[slo.metric]
     per_gap = slo.metric not in judge_slo.GOODPUT_METRICS
-    cell = _interval(
-        sample.sorted[slo.metric], slo.percentile / 100, rng, sample.itl_requests if per_gap else None
-    )
+    count = sample.itl_requests if per_gap else values.size
+    effective_n = _effective(count, dependence)
+    if per_gap and effective_n is None:
+        effective_n = count
+    cell = _interval(values, slo.percentile / 100, rng, effective_n)
     threshold_ms = slo.threshold_ns / 1e6
     if cell["ci_high_ms"] is None:
         verdict = judge_slo.NO_DATA

@@ -29,7 +29,7 @@ class CellSettings:
     confidence: float  # per interval (Bonferroni over the comparison's cells)
     draws: int
     refused: bool = False  # the sides ran at different load: numbers shown, no verdict
-    block_requests: int = 1  # consecutive requests resampled together (replayer.compare.time_blocks)
+    block_requests: int = 1  # consecutive requests resampled together (replayer.judge.time_blocks)
 
 
 def per_interval_confidence(family_confidence: float, intervals: int) -> float:

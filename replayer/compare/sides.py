@@ -21,13 +21,12 @@ import replayer.judge.stats as judge_stats
 from llmreplay.errors import BadInput
 from llmreplay.metrics import GATING, METRICS
 from llmreplay.run_format import stated_load
-from replayer.compare import time_blocks
 from replayer.compare.apis import api_section
 from replayer.compare.buckets import buckets_section
 from replayer.compare.config import CompareConfig
 from replayer.compare.latency import latency_rows, sample_warnings
 from replayer.compare.reasoning import reasoning_share
-from replayer.judge import run_fidelity
+from replayer.judge import run_fidelity, time_blocks
 from replayer.judge.error_gate import commonest_messages, engine_error_mask, error_counts, error_rate_check
 from replayer.judge.trace_cache import run_trace_cache
 from replayer.judge.verdict import verdict

@@ -1,4 +1,4 @@
-"""Neighbouring requests that move together are resampled in blocks (replayer.compare.time_blocks), and an
+"""Neighbouring requests that move together are resampled in blocks (replayer.judge.time_blocks), and an
 A/A whose two sides each had slow and fast stretches reads GO as often as the gate's confidence says."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from compare_fixtures import Shape, latencies_ns, write_run
 
-import replayer.compare.time_blocks as time_blocks
+import replayer.judge.time_blocks as time_blocks
 from replayer.compare.config import CompareConfig
 from replayer.compare.sides import compare_sides
 from replayer.measured.side import load_side
