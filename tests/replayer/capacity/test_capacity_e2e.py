@@ -84,18 +84,21 @@ def test_without_an_slo_the_knee_is_the_saturation_within_ten_percent(tmp_path, 
 
 @pytest.mark.e2e
 @pytest.mark.long
-def test_by_scale_finds_the_tpot_limit_within_ten_percent_and_the_knee_within_twenty(tmp_path, profile, sim):
+def test_by_scale_confirms_a_tpot_limit_near_the_model_and_the_knee_within_twenty(tmp_path, profile, sim):
     """--by scale overlays seeded-shifted copies of the sessions: a superposition burstier than the model's
     even mean-field rate, so more requests see a full batch. Measured (1 s or one-gap copy jitter alike):
-    the limit 5% and the knee's factor 9% under the model, its goodput 14% under: the bounds say so."""
+    the knee's factor 9% under the model, its goodput 14% under: the bounds say so. The SLO's upper bound counts the copies' TPOTs, which move together batch by batch (autocorrelation
+    time 9-11 at the limit), as the effective sample they are: over a 10 s window the search confirms
+    x1.375 (13.5 req/s, -12%) and cannot confirm x1.5, whose p50 itself is 12.8 ms of the 13 ms SLO. So
+    the limit is held to -15%/+10% of the mean-field model; it is never above what the steps confirm."""
     _, tpot_limit_rps = known(profile, TPOT_SLO_MS / 1e3)
-    trace = even_trace(tmp_path / "trace.parquet")
-    slo = ("--slo", f"tpot_p50<={TPOT_SLO_MS:g}ms", "--precision", "0.1", "--sustain", "6s")
-    done = capacity(trace, sim, tmp_path / "cap", "--by", "scale", *slo)
+    trace = even_trace(tmp_path / "trace.parquet", dense_s=14.0)
+    slo = ("--slo", f"tpot_p50<={TPOT_SLO_MS:g}ms", "--precision", "0.1", "--sustain", "12s")
+    done = capacity(trace, sim, tmp_path / "cap", "--by", "scale", "--window", "10s", *slo, timeout_s=300)
     assert done.returncode == 0, done.stderr[-2000:]
     doc = json.loads(done.stdout)
     assert doc["stop_reason"] == "converged" and len(doc["steps"]) <= 12
-    assert doc["slo_limit"]["offered_requests_per_s"] == pytest.approx(tpot_limit_rps, rel=0.10)
+    assert 0.85 * tpot_limit_rps <= doc["slo_limit"]["offered_requests_per_s"] <= 1.10 * tpot_limit_rps
     knee = doc["knee"]
     per_factor = doc["steps"][0]["offered"]["requests_per_s"] / doc["steps"][0]["factor"]
     assert knee["factor"] * per_factor == pytest.approx(tpot_limit_rps, rel=0.20)
