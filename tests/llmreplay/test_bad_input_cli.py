@@ -19,10 +19,10 @@ import pyarrow.parquet as pq
 import pytest
 from bad_input import assert_refused, leftovers, refused, run_cli
 from live_processes import ROOT, free_port, llmreplay_cmd
-from test_trace_io import good_table, record, write_raw
 
 from llmreplay.trace_format import METADATA_KEY, MessageShape, TraceMeta
 from llmreplay.trace_io import write_trace
+from tests.llmreplay.test_trace_io import good_table, record, write_raw
 
 pytestmark = pytest.mark.e2e  # every test here starts processes
 

@@ -11,11 +11,11 @@ import subprocess
 import anthropic
 import pytest
 from live_processes import llmreplay_cmd
-from test_recorder_e2e import API_KEY, TOKENIZER, client, start_recorder, stop
 
 from llmreplay.tokenizers import load_tokenizer
 from llmreplay.trace_io import read_trace
 from recorder.keys import keyed_hash, load_or_create_key
+from tests.recorder.test_recorder_e2e import API_KEY, TOKENIZER, client, start_recorder, stop
 
 pytestmark = pytest.mark.e2e  # every test here starts processes
 

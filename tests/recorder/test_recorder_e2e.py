@@ -260,12 +260,12 @@ def _check_no_secret(out: Path, secrets: list[str]) -> None:
 
 
 def test_client_bytes_equal_upstream_bytes_plain_and_gzip(processes, tmp_path):
-    sys.path.insert(0, str(Path(__file__).parent))
+    import rec_fixed_upstream
     from rec_fixed_upstream import stream_bytes
 
     port = free_port()
     upstream = processes.start(
-        [sys.executable, str(Path(__file__).parent / "rec_fixed_upstream.py"), str(port)],
+        [sys.executable, rec_fixed_upstream.__file__, str(port)],
         "upstream",
         ready_url=f"http://127.0.0.1:{port}/health",
     )

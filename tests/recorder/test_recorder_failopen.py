@@ -12,7 +12,6 @@ import time
 
 import orjson
 import pytest
-from test_recorder_writer import META, converter_spec, finished
 
 from llmreplay.trace_io import read_trace
 from llmreplay.trace_values import UnwritableRow, bounded_row
@@ -24,6 +23,7 @@ from recorder.journal import Journal, journal_segments, segment_path
 from recorder.journal_tail import read_dead_segment
 from recorder.spool import SPOOL_DIR, SpoolSegment
 from recorder.writer import recover_spool
+from tests.recorder.test_recorder_writer import META, converter_spec, finished
 
 
 def test_a_capture_is_in_the_file_when_submit_returns(tmp_path):
@@ -69,7 +69,7 @@ def test_a_failing_disk_drops_whole_captures_and_keeps_the_segment_readable(tmp_
         import resource, signal, sys
         sys.path[:0] = [{str(tmp_path)!r}]
         from pathlib import Path
-        from test_recorder_writer import finished
+        from tests.recorder.test_recorder_writer import finished
         from recorder.journal import Journal
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         journal = Journal(Path({str(tmp_path / "spool")!r}), "abc", 60.0, 1 << 30)

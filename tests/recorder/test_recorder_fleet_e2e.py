@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
-from test_recorder_e2e import client, start_recorder, stop
 
 from llmreplay.trace_io import read_trace
+from tests.recorder.test_recorder_e2e import client, start_recorder, stop
 
 pytestmark = pytest.mark.e2e
 

@@ -28,8 +28,6 @@ import pytest
 from hyperframe.frame import RstStreamFrame
 from mitmproxy.proxy.layers.http._http2 import Http2Server
 from mitmproxy.proxy.layers.http._http_h2 import BufferedH2Connection
-from test_recorder_e2e import API_KEY, start_recorder, stop
-from test_recorder_http2 import request
 
 from llmreplay.openai_wire.response import summarize_stream
 from llmreplay.trace_io import read_trace
@@ -38,6 +36,8 @@ from recorder.capture import Capture, keep_delivered
 from recorder.keys import keyed_hash, load_or_create_key
 from recorder.record_builder import classify_error
 from recorder.request_shape import RequestShape
+from tests.recorder.test_recorder_e2e import API_KEY, start_recorder, stop
+from tests.recorder.test_recorder_http2 import request
 
 HEADERS = {"Authorization": f"Bearer {API_KEY}"}
 FAST_SIM = ("--decode-base-ms", "2", "--decode-per-seq-ms", "0")  # a token every 2 ms per stream

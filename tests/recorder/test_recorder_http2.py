@@ -19,10 +19,10 @@ import h2.errors
 import h2.events
 import httpx2
 import pytest
-from test_recorder_e2e import API_KEY, start_recorder, stop
 
 from llmreplay.trace_io import read_trace
 from recorder.keys import keyed_hash, load_or_create_key
+from tests.recorder.test_recorder_e2e import API_KEY, start_recorder, stop
 
 pytestmark = pytest.mark.e2e  # every test here starts processes
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from replay_helpers import results, run_replay
-from test_recorder_e2e import client, start_recorder, stop
 
 from llmreplay.trace_io import read_trace
 from recorder.keys import keyed_hash, load_or_create_key
+from tests.recorder.test_recorder_e2e import client, start_recorder, stop
 
 pytestmark = pytest.mark.e2e  # every test here starts processes
 

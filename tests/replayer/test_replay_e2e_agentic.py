@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from live_processes import llmreplay_cmd
@@ -129,9 +127,8 @@ def test_recorded_with_the_sdks_anonymized_replayed_and_compared_faithful(proces
     """Issue #19's whole path: the openai SDK's Responses API (a 3-turn previous_response_id chain) and the
     anthropic SDK through the recorder in front of the sim -> anonymize --verify -> replay (chain) ->
     compare of the anonymized recording with the run: faithful, exit 0."""
-    sys.path.insert(0, str(Path(__file__).parents[1] / "recorder"))  # the recorder tests' SDK drivers
-    from test_recorder_agentic_e2e import _anthropic_turns, _responses_turn
-    from test_recorder_e2e import TOKENIZER, client, start_recorder, stop
+    from tests.recorder.test_recorder_agentic_e2e import _anthropic_turns, _responses_turn
+    from tests.recorder.test_recorder_e2e import TOKENIZER, client, start_recorder, stop
 
     sim = start_sim("--profile", "fast", *NEVER_EOS)
     recorded, anonymized, out = tmp_path / "trace", tmp_path / "anonymized.parquet", tmp_path / "run"

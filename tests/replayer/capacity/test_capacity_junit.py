@@ -8,10 +8,10 @@ import subprocess
 import pytest
 from capacity_support import capacity_cmd
 from junitparser import Failure, JUnitXml, Skipped
-from test_capacity_html import document, step
 
 from llmreplay.compare_outputs import junit_of
 from replayer.capacity.gate_cases import capacity_cases
+from tests.replayer.capacity.test_capacity_html import document, step
 
 
 def _junit(doc: dict, tmp_path) -> dict:
