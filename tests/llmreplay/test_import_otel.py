@@ -1,7 +1,7 @@
 """`import otel` in-process: GenAI spans of the real OpenTelemetry SDK tracer at hand-checkable times, in
 every form an OTLP JSON export takes (collector lines, protobuf's own JSON, one document, gzip, zstd in both
 of the collector's framings, a directory); and hostile files, each one line naming the file and line,
-exit 2, no trace written. The SDK + openai instrumentation + sim path is test_import_otel_e2e.py.
+exit 2, no trace written. The SDK + openai instrumentation + sim path is tests/e2e/importers/test_otel.py.
 """
 
 from __future__ import annotations

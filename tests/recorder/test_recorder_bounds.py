@@ -1,7 +1,7 @@
 """Hostile edges (issue 26), in-process: compressed request bodies are decoded in the converter within a
 bound, out-of-range counts are clamped and named, dead letters keep no text under --shape and count
 against --spool-limit, and a symlinked .spool is refused. The real-process version is
-test_recorder_bomb_e2e.py."""
+tests/e2e/recorder/test_bomb.py."""
 
 from __future__ import annotations
 

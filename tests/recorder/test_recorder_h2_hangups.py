@@ -36,8 +36,8 @@ from recorder.capture import Capture, keep_delivered
 from recorder.keys import keyed_hash, load_or_create_key
 from recorder.record_builder import classify_error
 from recorder.request_shape import RequestShape
-from tests.recorder.test_recorder_e2e import API_KEY, start_recorder, stop
-from tests.recorder.test_recorder_http2 import request
+from tests.e2e.recorder.test_http2 import request
+from tests.e2e.recorder.test_recorder import API_KEY, start_recorder, stop
 
 HEADERS = {"Authorization": f"Bearer {API_KEY}"}
 FAST_SIM = ("--decode-base-ms", "2", "--decode-per-seq-ms", "0")  # a token every 2 ms per stream

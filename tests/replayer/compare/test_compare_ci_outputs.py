@@ -157,8 +157,8 @@ def test_export_csv_refuses_mooncake_flags_and_non_runs(runs, tmp_path):
 @pytest.mark.timeout(150)
 def test_gate_in_ci_against_sims(processes, tmp_path):
     """The commands of docs/howto-gate-ci.md#gate-in-ci on replays against a fast and a slow sim."""
-    from tests.replayer.compare.test_compare_e2e import SHAPE as E2E_SHAPE
-    from tests.replayer.compare.test_compare_e2e import replay, run_cli, start_sims_together
+    from tests.e2e.compare.test_regression import SHAPE as E2E_SHAPE
+    from tests.e2e.compare.test_regression import replay, run_cli, start_sims_together
 
     trace = write_trace_file(tmp_path / "trace.parquet", E2E_SHAPE, *latencies_ns(E2E_SHAPE, seed=1))
     fast, slow = start_sims_together(processes, ("fast", "slow"))

@@ -10,7 +10,7 @@ import sys
 import pytest
 from replay_helpers import ROOT, results, run_info
 
-from tests.replayer.test_multihost_e2e import LOOSE_LAG, SESSIONS, TURNS, session_trace
+from tests.e2e.replay.test_multihost import LOOSE_LAG, SESSIONS, TURNS, session_trace
 
 ray_cluster_utils = pytest.importorskip(
     "ray.cluster_utils", reason="Ray is not installed (pip install '.[ray]')"

@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.e2e  # every test here starts processes
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_recorder_sigkill.py"
+BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_recorder_sigkill.py"
 
 
 def load_bench():

@@ -127,8 +127,8 @@ def test_recorded_with_the_sdks_anonymized_replayed_and_compared_faithful(proces
     """Issue #19's whole path: the openai SDK's Responses API (a 3-turn previous_response_id chain) and the
     anthropic SDK through the recorder in front of the sim -> anonymize --verify -> replay (chain) ->
     compare of the anonymized recording with the run: faithful, exit 0."""
-    from tests.recorder.test_recorder_agentic_e2e import _anthropic_turns, _responses_turn
-    from tests.recorder.test_recorder_e2e import TOKENIZER, client, start_recorder, stop
+    from tests.e2e.recorder.test_agentic import _anthropic_turns, _responses_turn
+    from tests.e2e.recorder.test_recorder import TOKENIZER, client, start_recorder, stop
 
     sim = start_sim("--profile", "fast", *NEVER_EOS)
     recorded, anonymized, out = tmp_path / "trace", tmp_path / "anonymized.parquet", tmp_path / "run"

@@ -29,7 +29,7 @@ from live_processes import llmreplay_cmd
 from llmreplay.trace_io import read_trace
 from llmreplay.trace_values import FLOAT32_MAX
 from recorder.keys import keyed_hash, load_or_create_key
-from tests.recorder.test_recorder_e2e import TOKENIZER, chat, client, raw_post, start_recorder, stop
+from tests.e2e.recorder.test_recorder import TOKENIZER, chat, client, raw_post, start_recorder, stop
 
 CHAT = "/v1/chat/completions"
 # a quick sim: short answers, cheap steps, the recorder's fast tokenizer (the default loads in 2.3 s)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from llmreplay.trace_io import read_trace
-from tests.recorder.test_recorder_e2e import client, start_recorder, stop
+from tests.e2e.recorder.test_recorder import client, start_recorder, stop
 
 pytestmark = pytest.mark.e2e
 

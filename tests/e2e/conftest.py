@@ -1,4 +1,4 @@
-"""Fixtures of the replayer tests (helpers live in replay_helpers.py)."""
+"""The replay end-to-end tests' fixtures: sims with their ground truth (helpers live in replay_helpers.py)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ import pytest
 
 from llmreplay.trace_io import read_trace
 from recorder.keys import keyed_hash, load_or_create_key
-from tests.recorder.test_recorder_e2e import API_KEY, start_recorder, stop
+from tests.e2e.recorder.test_recorder import API_KEY, start_recorder, stop
 
 pytestmark = pytest.mark.e2e  # every test here starts processes
 

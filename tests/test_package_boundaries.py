@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from import_footprint import heavy_modules_loaded
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 REPLAYER = ROOT / "replayer"
 PACKAGES = ("plan", "loop", "results", "judge", "compare", "report", "capacity")
 HEAVY = ("numpy", "pyarrow", "tokenizers", "tiktoken", "mistral_common", "faker", "pandas")

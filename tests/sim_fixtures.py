@@ -1,4 +1,5 @@
-"""Module-scoped sims (starting one loads the tokenizer, ~3 s): real processes stopped with SIGTERM, or in this process."""
+"""Module-scoped sims (starting one loads the tokenizer, ~3 s): real processes stopped with SIGTERM, or in
+this process. A plugin of tests/conftest.py: the sim tests and the sim's end-to-end tests share them."""
 
 from __future__ import annotations
 

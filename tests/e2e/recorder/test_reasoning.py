@@ -20,11 +20,11 @@ from replay_helpers import results, run_replay
 
 from llmreplay.trace_io import read_trace
 from recorder.keys import keyed_hash, load_or_create_key
-from tests.recorder.test_recorder_e2e import client, start_recorder, stop
+from tests.e2e.recorder.test_recorder import client, start_recorder, stop
 
 pytestmark = pytest.mark.e2e  # every test here starts processes
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 REQUESTS = 24
 OUTPUT_TOKENS = 24  # forced (ignore_eos): reasoning plus answer
 REASONING_TOKENS = 8

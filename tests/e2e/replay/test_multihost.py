@@ -20,7 +20,7 @@ from replayer.results.summary import summarize_file
 pytestmark = pytest.mark.e2e
 
 SESSIONS, TURNS = 24, 3
-MEDIAN_LAG_MS = 3.0  # as tests/replayer/test_replay_e2e_timing.py: a loaded 2-core machine
+MEDIAN_LAG_MS = 3.0  # as tests/e2e/replay/test_timing.py: a loaded 2-core machine
 MAX_LAG_MS = 30.0
 # Four replay processes, a sim and a barrier share two cores with the rest of the suite: the run's own lag
 # gate is loosened; the server-side arrival bounds below are the test.
