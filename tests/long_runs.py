@@ -13,7 +13,7 @@ LONG = frozenset(
         "tests/e2e/recorder/test_recorder.py::test_converter_deaths_at_start_and_after_never_stop_the_proxy",
         "tests/e2e/compare/test_regression.py::test_replays_against_fast_and_slow_sims_show_a_ttft_regression",
         "tests/e2e/recorder/test_reasoning.py::test_reasoning_is_measured_alike_recorded_replayed_and_compared",
-        "tests/replayer/compare/test_compare_ci_outputs.py::test_gate_in_ci_against_sims",
+        "tests/llmreplay/test_compare_outputs.py::test_gate_in_ci_against_sims",
         "tests/e2e/recorder/test_fleet.py::test_three_recorders_siblings_are_one_trace",
         "tests/e2e/replay/test_soak.py::test_a_warmed_up_soak_loops_the_window_and_reports_its_drift",
         "tests/e2e/recorder/test_sigkill.py::test_three_sigkills_under_mixed_traffic_lose_no_completed_request",

@@ -28,7 +28,7 @@ from recorder.frames import CAPTURE, HEAD, decode_capture, encode_capture
 from recorder.journal import Journal
 from recorder.record_builder import REQUEST_OVER_LIMIT
 from recorder.spool import SPOOL_DIR
-from tests.recorder.test_recorder_writer import converter_spec, finished
+from tests.recorder.test_writer import converter_spec, finished
 
 try:
     from compression import zstd

@@ -19,7 +19,7 @@ from replayer.judge.run_fidelity import (
 from replayer.judge.trace_cache import read_trace_cache, trace_cache
 from replayer.report.terminal import cache_lines
 from replayer.results.summary import summarize
-from tests.replayer.compare.test_cache_check import side
+from tests.replayer.compare.test_fidelity import side
 
 NAN = np.nan
 

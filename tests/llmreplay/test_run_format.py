@@ -36,7 +36,7 @@ from llmreplay.run_format import (
 from llmreplay.trace_arrow import trace_schema
 from replayer.compare.inputs import load_side
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = sorted((ROOT / "samples" / "golden").glob("run-v*"))
 # Recipes (each written once, never regenerated): `llmreplay replay samples/golden/trace-v1.1.parquet
 # --target SIM --model sim-model --speed 20` against `llmreplay sim --profile fast --error-rate 0.2
@@ -215,7 +215,7 @@ def test_every_golden_run_json_reads_as_one_typed_record():
     from llmreplay.errors import BadInput
     from llmreplay.run_format import RunCounts, run_info_from_json
 
-    golden = sorted((Path(__file__).resolve().parents[3] / "samples" / "golden").glob("run-v*/run.json"))
+    golden = sorted((Path(__file__).resolve().parents[2] / "samples" / "golden").glob("run-v*/run.json"))
     assert len(golden) >= 5
     for path in golden:
         document = json.loads(path.read_text())

@@ -11,7 +11,7 @@ from junitparser import Failure, JUnitXml, Skipped
 
 from llmreplay.compare_outputs import junit_of
 from replayer.capacity.gate_cases import capacity_cases
-from tests.replayer.capacity.test_capacity_html import document, step
+from tests.replayer.capacity.test_html import document, step
 
 
 def _junit(doc: dict, tmp_path) -> dict:

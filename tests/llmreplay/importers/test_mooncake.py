@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from llmreplay.cli import cli
 from llmreplay.trace_io import read_trace
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "mooncake"
+SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "traces" / "mooncake"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"public traces not present at {SHARED}")
 
 

@@ -13,7 +13,7 @@ from llmreplay.cli import cli
 from llmreplay.importers.ragpulse import COMPONENTS, LENGTH_FILES, RUN_PERIOD_S
 from llmreplay.trace_io import read_trace
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "ragpulse"
+SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "traces" / "ragpulse"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"public traces not present at {SHARED}")
 
 

@@ -14,7 +14,7 @@ from llmreplay.cli import cli
 from llmreplay.importers.azure import parse_timestamp_us
 from llmreplay.trace_io import read_trace
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "azure_llm_2023"
+SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "traces" / "azure_llm_2023"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"public traces not present at {SHARED}")
 
 

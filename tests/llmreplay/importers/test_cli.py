@@ -11,7 +11,7 @@ from llmreplay.importers import BY_NAME, IMPORTERS
 from llmreplay.importers.cli import import_trace
 from llmreplay.importers.pipeline import ImportConfig, check_config
 
-README = Path(__file__).parents[2] / "README.md"
+README = Path(__file__).parents[3] / "README.md"
 
 
 def test_the_cli_offers_exactly_the_rows():

@@ -12,6 +12,7 @@ import time
 
 import orjson
 import pytest
+from live_processes import ROOT
 
 from llmreplay.trace_io import read_trace
 from llmreplay.trace_values import UnwritableRow, bounded_row
@@ -23,7 +24,7 @@ from recorder.journal import Journal, journal_segments, segment_path
 from recorder.journal_tail import read_dead_segment
 from recorder.spool import SPOOL_DIR, SpoolSegment
 from recorder.writer import recover_spool
-from tests.recorder.test_recorder_writer import META, converter_spec, finished
+from tests.recorder.test_writer import META, converter_spec, finished
 
 
 def test_a_capture_is_in_the_file_when_submit_returns(tmp_path):
@@ -67,9 +68,9 @@ def test_a_failing_disk_drops_whole_captures_and_keeps_the_segment_readable(tmp_
     """A real write failure: RLIMIT_FSIZE in a child process makes write() fail past a size (EFBIG)."""
     script = textwrap.dedent(f"""
         import resource, signal, sys
-        sys.path[:0] = [{str(tmp_path)!r}]
+        sys.path[:0] = [{str(ROOT)!r}]
         from pathlib import Path
-        from tests.recorder.test_recorder_writer import finished
+        from tests.recorder.test_writer import finished
         from recorder.journal import Journal
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         journal = Journal(Path({str(tmp_path / "spool")!r}), "abc", 60.0, 1 << 30)
@@ -82,9 +83,6 @@ def test_a_failing_disk_drops_whole_captures_and_keeps_the_segment_readable(tmp_
             results.append(journal.submit(cap))
         print(sum(results), journal.dropped, journal.impaired)
     """)
-    (tmp_path / "test_recorder_writer.py").write_text(
-        (__import__("pathlib").Path(__file__).parent / "test_recorder_writer.py").read_text()
-    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     written, dropped, *why = done.stdout.split()

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from llmreplay.cli import cli
 
-SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "content_multiturn.parquet"
+SAMPLE = Path(__file__).resolve().parents[3] / "samples" / "content_multiturn.parquet"
 
 
 def test_the_plan_covers_every_planned_request_once_with_whole_sessions(tmp_path):
