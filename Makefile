@@ -46,7 +46,7 @@ test-fast: $(STAMP) lint
 # Also the long runs (marker `long`): the accuracy searches against the sim (capacity found within 10% of the
 # model) and the end-to-end runs of 15 s or more listed in tests/long_runs.py.
 # And Debian's prometheus (with promtool) and prometheus-pushgateway, unpacked into ~/.cache/llmreplay/tools
-# (tests/prometheus_setup.py: apt-get download + dpkg -x, no service) for tests/replayer/observe.
+# (tests/prometheus_setup.py: apt-get download + dpkg -x, no service) for tests/e2e/observe.
 test-engines: $(RAY_STAMP)
 	$(PY) tests/engines/engine_setup.py --allow-missing
 	$(PY) tests/prometheus_setup.py --allow-missing

@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINES = ROOT / "tests" / "engines"
-sys.path[:0] = [str(ENGINES), str(ROOT / "tests"), str(ROOT / "benchmarks")]
+sys.path[:0] = [str(ENGINES), str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]  # ROOT first: tests/replayer is a package too
 
 import aa_scenario as aa  # noqa: E402
 import pytest  # noqa: E402  (the engine start-up code skips with pytest.skip when the cache lacks vLLM)

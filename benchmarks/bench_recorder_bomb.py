@@ -20,7 +20,7 @@ whether any converter outlived the proxy.
     .venv/bin/python benchmarks/bench_recorder_bomb.py [--clients 8] [--baseline 8] [--during 8] [--bombs 3]
         [--bomb-mb 256] [--work DIR]
 
-tests/recorder/test_recorder_bomb_e2e.py imports this file (`run`, `Settings`) for a short version.
+tests/e2e/recorder/test_bomb.py imports this file (`run`, `Settings`) for a short version.
 """
 
 from __future__ import annotations

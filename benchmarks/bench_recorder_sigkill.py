@@ -13,7 +13,7 @@ exactly one row. Requests refused while the proxy was down are skipped, not retr
     .venv/bin/python benchmarks/bench_recorder_sigkill.py [--kills 20] [--rate 75] [--seed 1] [--work DIR]
         [--last-byte-kills N]  # then kill N times per kind the instant the client has its last byte
 
-tests/recorder/test_recorder_sigkill.py imports this file (`run`, `Settings`) for a short version.
+tests/e2e/recorder/test_sigkill.py imports this file (`run`, `Settings`) for a short version.
 """
 
 from __future__ import annotations

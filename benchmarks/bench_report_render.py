@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "compare"))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the test helpers; ROOT first: tests/replayer is a package too
 
 from compare_fixtures import Shape, latencies_ns, write_run, write_trace_file  # noqa: E402
 

@@ -8,7 +8,7 @@ import signal
 import pytest
 from live_processes import ProcessPool, start_sim_process
 
-pytest_plugins = ["e2e_marker", "long_runs", "pytester"]
+pytest_plugins = ["e2e_marker", "long_runs", "sim_fixtures", "pytester"]
 
 # A suite started in the background by a non-interactive shell (CI scripts, nohup) inherits SIGINT
 # ignored, and so would every process it starts: the Ctrl-C tests could not reach them. A handled

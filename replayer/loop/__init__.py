@@ -1,2 +1,2 @@
 """The worker process: sends planned requests on time and stamps answers. It imports neither pyarrow,
-numpy nor a tokenizer (tests/replayer/test_package_boundaries.py holds it to that)."""
+numpy nor a tokenizer (tests/test_package_boundaries.py holds it to that)."""

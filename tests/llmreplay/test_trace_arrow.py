@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from test_trace_io import record
-
 from llmreplay.trace_arrow import arrow_type, records_to_table, trace_schema
 from llmreplay.trace_format import COLUMNS, TraceRecord
+from tests.llmreplay.test_trace_io import record
 
 
 def _arrow_spelling(descriptor: str) -> str:

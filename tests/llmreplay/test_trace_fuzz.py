@@ -15,12 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_trace_io import good_table, record, write_raw
 
 from llmreplay.errors import BadInput
 from llmreplay.trace_format import METADATA_KEY, TraceMeta
 from llmreplay.trace_io import iter_trace_batches, read_meta, read_trace, write_trace
 from llmreplay.trace_shape import describe_trace
+from tests.llmreplay.test_trace_io import good_table, record, write_raw
 
 EXAMPLE_TIMEOUT_S = 10  # a hang is a failure, not a slow test
 FUZZ = settings(

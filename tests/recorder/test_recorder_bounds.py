@@ -1,7 +1,7 @@
 """Hostile edges (issue 26), in-process: compressed request bodies are decoded in the converter within a
 bound, out-of-range counts are clamped and named, dead letters keep no text under --shape and count
 against --spool-limit, and a symlinked .spool is refused. The real-process version is
-test_recorder_bomb_e2e.py."""
+tests/e2e/recorder/test_bomb.py."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import orjson
 import pytest
 from click.testing import CliRunner
 from mitmproxy.test import taddons, tflow
-from test_recorder_writer import converter_spec, finished
 
 from llmreplay.cli import cli
 from llmreplay.trace_io import read_trace
@@ -29,6 +28,7 @@ from recorder.frames import CAPTURE, HEAD, decode_capture, encode_capture
 from recorder.journal import Journal
 from recorder.record_builder import REQUEST_OVER_LIMIT
 from recorder.spool import SPOOL_DIR
+from tests.recorder.test_writer import converter_spec, finished
 
 try:
     from compression import zstd

@@ -12,7 +12,7 @@ from replay_helpers import content_record, results, run_replay, write_content_tr
 
 from llmreplay.trace_format import MessageShape, TraceMeta
 from llmreplay.trace_io import read_trace, write_trace
-from tests.recorder.test_recorder_e2e import start_recorder, stop
+from tests.e2e.recorder.test_recorder import start_recorder, stop
 
 pytestmark = pytest.mark.e2e  # every test here starts processes
 

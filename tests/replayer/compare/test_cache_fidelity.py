@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from replay_helpers import results_table as table
-from test_cache_check import side
 
 from replayer.compare.fidelity import CACHE_BLOCK_TOKENS, _cached_share_check, cached_token_pairs
 from replayer.judge.gate_limits import FidelityLimits
@@ -20,6 +19,7 @@ from replayer.judge.run_fidelity import (
 from replayer.judge.trace_cache import read_trace_cache, trace_cache
 from replayer.report.terminal import cache_lines
 from replayer.results.summary import summarize
+from tests.replayer.compare.test_fidelity import side
 
 NAN = np.nan
 

@@ -10,13 +10,13 @@ import json
 
 import orjson
 import pytest
-from test_replay_request_builder import plan_for, record
 
 from llmreplay.tokenizers import load_tokenizer
 from llmreplay.trace_format import MessageShape
 from replayer.plan.prompt_fit import PromptFitter
 from replayer.plan.prompt_synthesis import BlockSpeller, ExactTextWords
 from replayer.plan.request_builder import BuildOptions, build_request
+from tests.replayer.plan.test_replay_request_builder import plan_for, record
 
 
 class TrimmingChatML:

@@ -1,6 +1,6 @@
 """The merge: spooled outcomes become ResultRows of results.parquet, trace columns copied, the run's clock
 applied, a shed request marked, an error's detail kept only with its error, the run format version in
-the footer."""
+the footer; Anthropic's cache writes fill cache_write_tokens from the answer's usage (chat's leaves it null)."""
 
 from __future__ import annotations
 
@@ -109,3 +109,34 @@ def test_the_run_clock_turns_a_monotonic_send_time_into_wall_time():
     clock = RunClock(start_ns=500, anchor_unix_ns=1_700_000_000_000_000_000, anchor_mono_ns=2_000)
     assert clock.unix_us(2_000) == 1_700_000_000_000_000
     assert clock.unix_us(5_000) == 1_700_000_000_000_003  # 3 us later on both clocks
+
+
+USAGES = (
+    {"input_tokens": 5, "cache_read_input_tokens": 10, "cache_creation_input_tokens": 4, "output_tokens": 3},
+    {"prompt_tokens": 8, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 2}},
+)
+
+
+def test_cache_writes_come_from_the_answer_usage(tmp_path):
+    trace = read_trace_rows(
+        write_content_trace(tmp_path / "t.parquet", [content_record(i, i) for i in range(3)])
+    )
+    requests = RequestFileWriter(tmp_path / "r.bin", tmp_path / "r.fields")
+    for i in range(3):
+        requests.add("/v1/messages", [], b'{"i": %d}' % i, True, 16, "staging-model")
+    requests.close()
+    plans = _plans()
+    spool = ResultSpool(tmp_path / "results-0.marshal")
+    for i, usage in enumerate(USAGES):
+        outcome = Outcome(START_NS + 10 * i)
+        outcome.http_status, outcome.e2e_ns, outcome.finish_reason, outcome.usage = 200, 50, "stop", usage
+        spool.append(Sent(plans[i], START_NS + 10 * i, outcome))
+    spool.append(Sent(plans[2], START_NS + 200, None, shed=True))
+    spool.close()
+    out = tmp_path / "results.parquet"
+    part = WorkerPart(0, spool.path, tmp_path / "r.fields", tmp_path / "r.bin", plans)
+    merge_worker_results([part], trace, START_NS, None, out, tmp_path)
+    rows = pq.read_table(out, columns=["prompt_tokens", "cached_tokens", "cache_write_tokens"]).to_pylist()
+    assert rows[0] == {"prompt_tokens": 19, "cached_tokens": 10, "cache_write_tokens": 4}
+    assert rows[1] == {"prompt_tokens": 8, "cached_tokens": 2, "cache_write_tokens": None}
+    assert rows[2]["cache_write_tokens"] is None  # shed: never sent
