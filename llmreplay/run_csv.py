@@ -73,7 +73,7 @@ def write_requests_csv(run: Path, out: Path, force: bool = False, flag: str = "-
     from llmreplay.output_paths import atomic_output, check_output_file
 
     check_output_file(out, force, flag)  # before reading a large run
-    table, _ = read_run(results_path(Path(run)), "run")
+    table = read_run(results_path(Path(run)), "run").table
     rows = requests_table(table)
     with atomic_output(out, force, flag) as tmp:
         pacsv.write_csv(rows, tmp, pacsv.WriteOptions(quoting_style="needed"))

@@ -268,8 +268,19 @@ def write_run_info(run_dir: Path, info: RunInfo) -> None:
     write_atomic(run_dir / RUN_FILE, orjson.dumps(dataclasses.asdict(info), option=options))
 
 
-def read_run(results: Path, where: str) -> tuple[pa.Table, dict[str, Any]]:
-    """results.parquet in RESULT_SCHEMA and the run.json beside it ({} when absent), versions checked."""
+@dataclass(frozen=True, slots=True)
+class ReadRun:
+    """A run read at its version edge: its rows, run.json as written (shown, never probed) and as the
+    typed record every decision reads (None: no run.json beside the results)."""
+
+    table: pa.Table
+    document: dict[str, Any]
+    info: RunInfo | None
+
+
+def read_run(results: Path, where: str) -> ReadRun:
+    """results.parquet in RESULT_SCHEMA and the run.json beside it, versions checked; a run.json that is
+    not a run's is one BadInput line."""
     try:
         table = pq.read_table(results)
     except (pa.ArrowInvalid, OSError) as exc:
@@ -279,7 +290,16 @@ def read_run(results: Path, where: str) -> tuple[pa.Table, dict[str, Any]]:
     version = stated or run_json.get("run_format_version") or OLDEST_VERSION
     table = conform_results(table, version, f"{where} {results}")
     _check_unique_requests(table, f"{where} {results}")
-    return table, run_json
+    info = run_info_from_json(run_json, f"{where} {results.parent}") if run_json else None
+    return ReadRun(table, run_json, info)
+
+
+def read_run_info(run_dir: Path, where: str) -> RunInfo:
+    """The run.json of a finished run, typed; BadInput naming what is missing or not a run's."""
+    path = Path(run_dir) / RUN_FILE
+    if not path.is_file():
+        raise BadInput(f"{where} {run_dir}: no {RUN_FILE} (not a finished run)")
+    return run_info_from_json(_read_run_json(path, where), f"{where} {run_dir}")
 
 
 def find_results(root: Path) -> Path | None:
@@ -294,10 +314,9 @@ def find_results(root: Path) -> Path | None:
     return None
 
 
-def stated_load(run_json: dict[str, Any]) -> dict[str, float]:
+def stated_load(info: RunInfo | None) -> dict[str, float]:
     """The replay's --speed and --scale as run.json states them (positive numbers only; missing otherwise)."""
-    config = run_json.get("config")
-    schedule = config.get("schedule") if isinstance(config, dict) else None
+    schedule = info.config.get("schedule") if info is not None and isinstance(info.config, dict) else None
     if not isinstance(schedule, dict):
         return {}
     return {

@@ -154,17 +154,36 @@ def write_run(
     table = pa.table(columns, schema=RESULT_SCHEMA)
     run_dir.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, run_dir / RESULTS_FILE)
-    run_json = {
-        "run_format_version": RUN_FORMAT_VERSION,
-        "config": {"schedule": {"speed": speed}},  # where a replay states it (llmreplay.run_format)
-        "target": "http://127.0.0.1:1/synthetic",
-        "engine": "synthetic",
-        "stop_reason": stop_reason,
-        "counts": {"planned": n + not_sent, "sent": int((~shed).sum()), "not_sent": not_sent},
-        **(config or {}),
-    }
+    counts = {"planned": n + not_sent, "sent": int((~shed).sum()), "not_sent": not_sent}
+    run_json = run_document(speed, stop_reason, counts, config or {})
     (run_dir / RUN_FILE).write_text(json.dumps(run_json))
     return run_dir
+
+
+def run_document(speed: float = 1.0, stop_reason: str = "completed", counts: dict | None = None,
+                 overrides: dict | None = None) -> dict:
+    """A whole run.json, as the replay writes every key, for a synthetic run; `overrides` merged in
+    (a nested record's keys one by one)."""
+    counts = {"planned": 0, "sent": 0, "not_sent": 0, **(counts or {})}
+    document = {
+        "run_format_version": RUN_FORMAT_VERSION,
+        "config": {"schedule": {"speed": speed}},  # where a replay states it (llmreplay.run_format)
+        "target": {"base_url": "http://127.0.0.1:1/synthetic", "engine": "synthetic", "engine_from": "flag",
+                   "models": []},
+        "trace": {"path": "", "files": [], "meta": {}},
+        "tokenizer": "synthetic", "versions": {},
+        "machine": {"hostname": "synthetic", "cpus": 2, "platform": "synthetic"},
+        "started_unix_ns": EPOCH_US * 1000, "ended_unix_ns": EPOCH_US * 1000,
+        "start_unix_ns": None, "start_mono_ns": None, "stop_reason": stop_reason, "build_s": 0.0,
+        "workers": [], "coordinator_max_rss_mb": 0.0, "builder": {},
+        "counts": {"trace_rows": counts["planned"], "window_rows": counts["planned"], "unsupported_endpoint": 0,
+                   "to_send": counts["planned"], **counts},
+        "idle_removed_s": 0.0, "schedule_span_s": 0.0, "server_metrics": None, "summary": {},
+    }  # fmt: skip
+    for key, value in (overrides or {}).items():
+        nested = isinstance(value, dict) and isinstance(document.get(key), dict)
+        document[key] = {**document[key], **value} if nested else value
+    return document
 
 
 def copy_run_with(run: Path, copy: Path, name: str, values) -> Path:

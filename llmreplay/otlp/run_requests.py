@@ -7,12 +7,16 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from llmreplay.otlp import semconv
+
+if TYPE_CHECKING:
+    from llmreplay.run_format import RunInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +51,8 @@ def read_run_requests(run: Path, name: str | None = None) -> RunRequests:
     from llmreplay.run_format import read_run
 
     results = results_path(Path(run))
-    table, info = read_run(results, "export otlp")
+    run = read_run(results, "export otlp")
+    table, info = run.table, run.info
     sent = pc.is_valid(table.column("sent_time"))
     not_sent = table.num_rows - pc.sum(sent).as_py() if table.num_rows else 0
     table = table.filter(sent)
@@ -81,15 +86,16 @@ def _elapsed_ns(table: pa.Table) -> np.ndarray:
     return _int_ns(pc.coalesce(*known))
 
 
-def _common_attributes(info: dict) -> dict[str, str | int]:
-    target = info.get("target") or {}
+def _common_attributes(info: RunInfo | None) -> dict[str, str | int]:
     found: dict[str, str | int] = {}
-    if target.get("engine"):
-        found[semconv.PROVIDER_NAME] = str(target["engine"])
-    if target.get("base_url"):
+    if info is None:
+        return found
+    if info.target.engine:
+        found[semconv.PROVIDER_NAME] = info.target.engine
+    if info.target.base_url:
         import urllib.parse
 
-        parts = urllib.parse.urlsplit(target["base_url"])
+        parts = urllib.parse.urlsplit(info.target.base_url)
         if parts.hostname:
             found[semconv.SERVER_ADDRESS] = parts.hostname
             found[semconv.SERVER_PORT] = parts.port or (443 if parts.scheme == "https" else 80)
@@ -120,24 +126,24 @@ def _series(table: pa.Table, common: dict) -> tuple[np.ndarray, list[dict[str, s
     return keys, attributes
 
 
-def _run_id(name: str, info: dict, first_ns: int) -> str:
+def _run_id(name: str, info: RunInfo | None, first_ns: int) -> str:
     """The run's name and its start (UTC, to the second): readable, and two runs never share it."""
-    started = info.get("started_unix_ns") or first_ns
+    started = (info.started_unix_ns if info is not None else 0) or first_ns
     stamp = dt.datetime.fromtimestamp(started / 1e9, dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{name}-{stamp}"
 
 
-def _resource(run_id: str, info: dict) -> dict[str, str]:
+def _resource(run_id: str, info: RunInfo | None) -> dict[str, str]:
     from llmreplay import __version__
 
-    target = info.get("target") or {}
+    base_url, engine = ("", "") if info is None else (info.target.base_url, info.target.engine)
     found = {
         semconv.SERVICE_NAME: "llmreplay",
         semconv.SERVICE_VERSION: __version__,
         semconv.SERVICE_INSTANCE_ID: run_id,
         "llmreplay.run.id": run_id,
-        "llmreplay.target": _without_query(str(target.get("base_url", ""))),
-        "llmreplay.engine": str(target.get("engine", "")),
+        "llmreplay.target": _without_query(base_url),
+        "llmreplay.engine": engine,
         "llmreplay.semconv.version": semconv.SEMCONV_VERSION,
     }
     return {key: value for key, value in found.items() if value}

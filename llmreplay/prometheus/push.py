@@ -11,7 +11,7 @@ from pathlib import Path
 
 from llmreplay.prometheus.config import ObserveConfig
 from llmreplay.prometheus.labels import target_label
-from llmreplay.prometheus.run_figures import Figure, labels_of, read_run_json, run_figures
+from llmreplay.prometheus.run_figures import Figure, labels_of, read_finished_run, run_figures
 
 JOB = "llmreplay"
 TIMEOUT_S = 10.0
@@ -20,7 +20,7 @@ USER_AGENT = "llmreplay-push"
 
 def push_run(run_dir: Path, config: ObserveConfig, console=None) -> list[str]:
     """Push to every target `config` names; returns the warnings printed (empty when all went through)."""
-    run = read_run_json(run_dir)
+    run = read_finished_run(run_dir)
     labels = labels_of(run, run_dir, config.run_label)
     figures = run_figures(run)
     sends = (

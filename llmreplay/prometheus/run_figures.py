@@ -7,12 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
-
 from llmreplay.error_kinds import ERROR_KINDS
 from llmreplay.errors import BadInput
 from llmreplay.prometheus.labels import model_label, run_labels
-from llmreplay.run_format import RUN_FILE, find_results
+from llmreplay.run_format import RunInfo, find_results, read_run_info
 
 SUMMARY_QUANTILES = ("p50", "p90", "p95", "p99")  # the summary's latency keys, in the metric names
 LATENCIES = ("ttft", "ttfo", "tpot", "itl", "e2e", "ttfb")  # llmreplay.metrics.METRICS' names
@@ -28,27 +26,23 @@ class Figure:
     samples: tuple[tuple[str, dict[str, str], float], ...]
 
 
-def read_run_json(run_dir: Path) -> dict:
+def read_finished_run(run_dir: Path) -> RunInfo:
     """run.json of a finished run; BadInput naming what is missing."""
     if find_results(Path(run_dir)) is None:
         raise BadInput(f"{run_dir}: not a run directory (no results.parquet)")
-    path = Path(run_dir) / RUN_FILE
-    try:
-        return orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise BadInput(f"{path}: not a readable run.json ({exc})") from None
+    return read_run_info(Path(run_dir), "push")
 
 
-def labels_of(run: dict, run_dir: Path, run_label: str | None = None) -> dict[str, str]:
+def labels_of(run: RunInfo, run_dir: Path, run_label: str | None = None) -> dict[str, str]:
     """The run, target, engine and model labels of a run, from its run.json."""
-    config, target = run.get("config") or {}, run.get("target") or {}
-    model = model_label(config.get("model"), config.get("model_map"), target.get("models"))
-    return run_labels(run_label, run_dir, target.get("base_url") or "", target.get("engine"), model)
+    config, target = run.config, run.target
+    model = model_label(config.get("model"), config.get("model_map"), target.models)
+    return run_labels(run_label, run_dir, target.base_url, target.engine, model)
 
 
-def run_figures(run: dict) -> list[Figure]:
+def run_figures(run: RunInfo) -> list[Figure]:
     """The families of run.json's summary; a figure the summary lacks (None) is left out."""
-    summary = run.get("summary") or {}
+    summary = run.summary
     out = [
         *_request_figures(summary),
         *_latency_figures(summary.get("latency_ms") or {}),
@@ -98,7 +92,7 @@ def _latency_figures(latency: dict) -> list[Figure]:
     return out
 
 
-def _pace_figures(run: dict, summary: dict) -> list[Figure]:
+def _pace_figures(run: RunInfo, summary: dict) -> list[Figure]:
     """Throughput, dispatch lag, span and the end's wall-clock time (seconds, base units)."""
     throughput = summary.get("throughput") or {}
     lag = summary.get("dispatch_lag_ms") or {}
@@ -126,7 +120,7 @@ def _pace_figures(run: dict, summary: dict) -> list[Figure]:
             "llmreplay_run_end_timestamp_seconds",
             "gauge",
             "When the run ended (unix seconds).",
-            (run.get("ended_unix_ns") or 0) / 1e9 or None,
+            run.ended_unix_ns / 1e9 or None,
         ),
     ]
 

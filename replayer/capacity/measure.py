@@ -73,7 +73,7 @@ def measure(side: Side, clock: Clock, slos: tuple, limits: FidelityLimits, max_e
         "noise": noise.band_per_s(achieved["se_per_s"]) / rate if rate > 0 else None,
     }
     row["kept_up"], row["saturation_reason"] = _kept_up(row, req)
-    row["verdict"], row["fail_reasons"] = _verdict(row, side.config.get("stop_reason"))
+    row["verdict"], row["fail_reasons"] = _verdict(row, run_fidelity.completeness(side.run)[1])
     return row
 
 
@@ -244,7 +244,7 @@ def _errors(req: RequestColumns, measured: np.ndarray, max_error_rate: float) ->
 def _client_bound(side: Side, req: RequestColumns, limits: FidelityLimits) -> tuple[float | None, str | None]:
     """(dispatch-lag p99 ms, why the client was the limit or None), over the whole run: the run's own
     dispatch-lag check (replayer.judge.run_fidelity), and requests shed by --max-inflight."""
-    never_attempted, stop_reason = run_fidelity.completeness(side.config)
+    never_attempted, stop_reason = run_fidelity.completeness(side.run)
     facts = run_fidelity.run_facts(side.table, never_attempted, stop_reason)
     checks = run_fidelity.run_checks("step", facts, limits)
     lag = next((c for c in checks if "dispatch lag" in c["check"]), None)

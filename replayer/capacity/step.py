@@ -10,7 +10,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmreplay.run_format import RESULTS_FILE, RUN_FILE
+from llmreplay.errors import BadInput
+from llmreplay.run_format import RESULTS_FILE, RUN_FILE, read_run_info
 from replayer.capacity.measure import CLIENT_BOUND, INTERRUPTED, PASS, Clock, measure
 from replayer.config import ReplayConfig
 from replayer.measured.side import load_side
@@ -61,13 +62,10 @@ def resume_action(run_dir: Path) -> str:
     (a kill's .parts/, an interrupted run: the directory is ours), FRESH when there is none."""
     if not run_dir.exists():
         return FRESH
-    info = run_dir / RUN_FILE
-    if info.is_file() and (run_dir / RESULTS_FILE).is_file():
-        import orjson
-
+    if (run_dir / RUN_FILE).is_file() and (run_dir / RESULTS_FILE).is_file():
         try:
-            stop = orjson.loads(info.read_bytes()).get("stop_reason")
-        except (orjson.JSONDecodeError, AttributeError):
+            stop = read_run_info(run_dir, "step").stop_reason
+        except BadInput:  # a kill mid-write, or not our run: the directory is ours to redo
             return RERUN
         return RERUN if stop == "interrupted" else REUSE
     return RERUN
@@ -112,12 +110,12 @@ def run_step(
 def _measured(run_dir: Path, plan: StepPlan, by: str, analysis: dict) -> dict:
     side = load_side(run_dir, "step")
     speed = plan.factor if by == BY_SPEED else 1.0
-    phases = side.config.get("phases") or {}
+    phases = (side.run.phases if side.run is not None else None) or {}
     start_ns = float(phases.get("measured_start_offset_s") or 0.0) * 1e9
     clock = Clock(start_ns, (plan.window_end_ns - plan.window_start_ns) / speed)
     row = measure(side, clock, **analysis)
-    metrics = run_server_metrics(run_dir, side.config)
-    took_ns = (side.config.get("ended_unix_ns") or 0) - (side.config.get("started_unix_ns") or 0)
+    metrics = run_server_metrics(run_dir, side.run)
+    took_ns = 0 if side.run is None else side.run.ended_unix_ns - side.run.started_unix_ns
     return {
         **row,
         "server_metrics": None if metrics is None else metrics["summary"],

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 import replayer.judge.stats as judge_stats
 from llmreplay.engines import BY_NAME
-from llmreplay.run_format import SERVER_METRICS_FILE
+from llmreplay.run_format import SERVER_METRICS_FILE, RunInfo
 from replayer.results.server_series import engine_series
 
 DRIFT_METRICS = ("ttft", "tpot", "e2e")
@@ -112,11 +112,10 @@ def trend(points: list[tuple[int, float]], share: bool = False) -> dict | None:
     }
 
 
-def server_trends(run_dir: Path, run_json: dict) -> dict:
+def server_trends(run_dir: Path, info: RunInfo | None) -> dict:
     """Each trend role's (and process memory's) trend over the run; {} without server metrics."""
     path = Path(run_dir) / SERVER_METRICS_FILE
-    target = run_json.get("target")
-    engine = BY_NAME.get(target.get("engine")) if isinstance(target, dict) else None
+    engine = None if info is None else BY_NAME.get(info.target.engine)
     if engine is None or not path.is_file():
         return {}
     table = pq.read_table(path, columns=["offset_ns", "metric", "value"])

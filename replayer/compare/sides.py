@@ -244,7 +244,7 @@ def soak_drift(side: Side, config: CompareConfig) -> dict | None:
     latency = latency_rows(b_all, c_all, clusters, cells, rng, last.label, counts)
     errors = _errors_section(b_req, c_req, config, rng, last.label)
     cells = compare_drift.drift_cells(latency, errors, last.label)
-    trends = compare_drift.server_trends(side.path, side.config)
+    trends = compare_drift.server_trends(side.path, side.run)
     return {
         "first_loop": first_loop,
         "last_loop": last_loop,
@@ -262,9 +262,9 @@ def _run_checks(side: Side, config: CompareConfig, cache_vs_trace: bool = True) 
     the trace run.json names, when it is still there); none for a trace."""
     if side.kind != RUN:
         return []
-    never_attempted, stop_reason = run_fidelity.completeness(side.config)
+    never_attempted, stop_reason = run_fidelity.completeness(side.run)
     facts = run_fidelity.run_facts(
-        side.table, never_attempted, stop_reason, run_trace_cache(side.config), stated_load(side.config)
+        side.table, never_attempted, stop_reason, run_trace_cache(side.run), stated_load(side.run)
     )
     return run_fidelity.run_checks(side.label, facts, config.limits, cache_vs_trace)
 
@@ -471,11 +471,11 @@ def _load_section(sides: list[tuple[Side, RequestColumns, float]]) -> dict:
 
 def _server_metrics(sides: list[tuple[Side, RequestColumns, float]]) -> dict:
     """Each run's server metrics over time, on the trace's clock like the load section; None: none stored."""
-    return {s.label: run_server_metrics(s.path, s.config, scale) for s, _, scale in sides if s.kind == RUN}
+    return {s.label: run_server_metrics(s.path, s.run, scale) for s, _, scale in sides if s.kind == RUN}
 
 
 def _side_summary(side: Side, req: RequestColumns, scale: float) -> dict:
-    never_attempted = run_fidelity.completeness(side.config)[0] if side.kind == RUN else 0
+    never_attempted = run_fidelity.completeness(side.run)[0] if side.kind == RUN else 0
     duration_s = own_duration_s(req)
     done = req.success
     output_tokens = float(np.nansum(req.completion_tokens[done]))

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llmreplay.metrics import success_mask
+from llmreplay.run_format import RunInfo
 from llmreplay.trace_arrow import float_values
 from replayer.judge.gate_limits import FidelityLimits
 from replayer.judge.trace_cache import TraceCache
@@ -108,15 +109,9 @@ def _hosts(table: pa.Table) -> np.ndarray | None:
     return np.asarray(table.column("host").to_pylist(), dtype=object)
 
 
-def completeness(run_json: dict) -> tuple[int, str | None]:
+def completeness(info: RunInfo | None) -> tuple[int, str | None]:
     """(requests planned but absent from results.parquet, stop reason) as run.json records them."""
-    counts = run_json.get("counts") if isinstance(run_json.get("counts"), dict) else {}
-    not_sent = counts.get("not_sent")
-    reason = run_json.get("stop_reason")
-    return (
-        not_sent if isinstance(not_sent, int) and not isinstance(not_sent, bool) else 0,
-        reason if isinstance(reason, str) else None,
-    )
+    return (0, None) if info is None else (info.counts.not_sent, info.stop_reason)
 
 
 def run_checks(

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from llmreplay.errors import BadInput, first_line
 from llmreplay.metrics import success_mask
+from llmreplay.run_format import RunInfo
 from llmreplay.trace_arrow import float_values
 from llmreplay.trace_io import read_meta, trace_files
 
@@ -79,10 +80,9 @@ def _empty() -> list[np.ndarray]:
     return [np.empty(0, dtype=t) for t in (object, bool, np.int64, float, float, float, np.int64, bool)]
 
 
-def run_trace_cache(run_json: dict) -> TraceCache | None:
+def run_trace_cache(info: RunInfo | None) -> TraceCache | None:
     """The TraceCache of the trace a run's run.json names (None when it names none)."""
-    trace = run_json.get("trace")
-    path = trace.get("path") if isinstance(trace, dict) else None
+    path = None if info is None else info.trace.path
     return read_trace_cache(path) if isinstance(path, str) and path else None
 
 

@@ -164,7 +164,7 @@ def time_scale(side: Side, requests: RequestColumns) -> float:
     """
     if side.kind != RUN:
         return 1.0
-    if "speed" in (stated := stated_load(side.config)):
+    if "speed" in (stated := stated_load(side.run)):
         return stated["speed"]
     mask = requests.original & np.isfinite(requests.scheduled_offset_ns)
     if mask.sum() < 2:
@@ -178,7 +178,7 @@ def side_load(side: Side, requests: RequestColumns) -> dict:
     """The load a side ran at: replay speed and scale (a trace ran at 1 and 1), and whether run.json said so."""
     if side.kind != RUN:
         return {"speed": 1.0, "scale": 1.0, "stated": True}
-    stated = stated_load(side.config)
+    stated = stated_load(side.run)
     originals = int(requests.original.sum())
     scale = stated.get("scale", len(requests) / originals if originals else 1.0)
     return {

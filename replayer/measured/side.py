@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from llmreplay.durations import format_duration
 from llmreplay.errors import BadInput
-from llmreplay.run_format import find_results, read_run
+from llmreplay.run_format import RunInfo, find_results, read_run
 from llmreplay.trace_format import COMPARED_COLUMNS, LATENCY_COLUMNS
 
 TRACE = "trace"
@@ -32,7 +32,8 @@ class Side:
     path: Path
     kind: str  # TRACE or RUN
     table: pa.Table
-    config: dict[str, Any] = field(default_factory=dict)  # run.json, or the trace's file metadata
+    config: dict[str, Any] = field(default_factory=dict)  # run.json as written, or the trace's metadata: shown
+    run: RunInfo | None = None  # a run's run.json as every decision reads it (llmreplay.run_format.read_run)
     clock_domain: str = "client"
     warmup: pa.Table | None = None  # a run's warm-up rows, kept out of `table` and every verdict (loaded: a
     # table, empty for a trace or a run without --warmup)
@@ -56,11 +57,10 @@ def load_side(path: str | Path, label: str) -> Side:
 
 
 def _load_run(results: Path, label: str) -> Side:
-    table, run_json = read_run(results, label)
-    warm = table.column("warmup")
-    return Side(
-        label, results.parent, RUN, table.filter(pc.invert(warm)), run_json, "client", table.filter(warm)
-    )
+    run = read_run(results, label)
+    warm = run.table.column("warmup")
+    measured, warmup = run.table.filter(pc.invert(warm)), run.table.filter(warm)
+    return Side(label, results.parent, RUN, measured, run.document, run.info, "client", warmup)
 
 
 def _load_trace(root: Path, label: str) -> Side:
@@ -81,7 +81,7 @@ def _load_trace(root: Path, label: str) -> Side:
         "files": [str(f) for f in trace.files],
     }
     domain = trace.meta.clock_domain or "gateway"
-    return Side(label, root, TRACE, trace.table, meta, domain, trace.table.slice(0, 0))
+    return Side(label, root, TRACE, trace.table, meta, None, domain, trace.table.slice(0, 0))
 
 
 def shift_latencies(side: Side, offset_ns: int) -> Side:

@@ -9,14 +9,13 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from llmreplay.errors import BadInput
-from llmreplay.run_format import RESULT_SCHEMA, RESULTS_FILE, RunCounts, RunInfo, read_run, run_info_from_json
+from llmreplay.run_format import RESULT_SCHEMA, RESULTS_FILE, RUN_FILE, RunCounts, RunInfo, read_run
 
 # Settings every shard of one replay shares (the schedule, the target's model choice, the lengths).
 SAME_SETTINGS = ("schedule", "model", "model_map", "engine", "fit_lengths", "duration_ns", "responses_state")
@@ -27,8 +26,7 @@ CLOCK_BUDGET_SHARE = 0.10  # of the merged schedule's median inter-arrival, unle
 class ShardRunInput:
     path: Path
     table: pa.Table
-    run_json: dict[str, Any]  # as written, for the readers of a run.json document (stated load, trace cache)
-    info: RunInfo  # the same, typed (llmreplay.run_format.run_info_from_json)
+    info: RunInfo  # its run.json, typed at the version edge (llmreplay.run_format.read_run)
     shard: int
     shards: int
 
@@ -45,12 +43,13 @@ def load_shard_runs(paths: list[str]) -> list[ShardRunInput]:
         results = path / RESULTS_FILE
         if not results.is_file():
             raise BadInput(f"merge {path}: no {RESULTS_FILE} (not a run directory)")
-        table, run_json = read_run(results, "merge")
-        shard = ((run_json.get("config") or {}).get("multihost") or {}).get("shard")
+        run = read_run(results, "merge")
+        if run.info is None:
+            raise BadInput(f"merge {path}: no {RUN_FILE} beside {RESULTS_FILE} (not a finished replay)")
+        shard = (run.info.config.get("multihost") or {}).get("shard")
         if not (isinstance(shard, list) and len(shard) == 2 and all(isinstance(v, int) for v in shard)):
             raise BadInput(f"merge {path}: not a shard of a multi-host replay (it ran without --shard K/N)")
-        info = run_info_from_json(run_json, f"merge {path}")
-        runs.append(ShardRunInput(path, table, run_json, info, shard[0], shard[1]))
+        runs.append(ShardRunInput(path, run.table, run.info, shard[0], shard[1]))
     _check_same_replay(runs)
     return sorted(runs, key=lambda r: r.shard)
 
@@ -173,7 +172,7 @@ def write_merged_run(
     _write_results(table, out_dir)
     counts = _merged_counts([r.info.counts for r in runs])
     stop_reason = _worst_stop_reason([r.info.stop_reason for r in runs], bool(missing))
-    summary = _merged_summary(out_dir / RESULTS_FILE, runs[0].run_json, counts, stop_reason)
+    summary = _merged_summary(out_dir / RESULTS_FILE, runs[0].info, counts, stop_reason)
     info = _merged_run_info(runs, counts, stop_reason, summary, clock, base_unix_ns)
     write_run_info(out_dir, info)
     return summary, clock
@@ -208,14 +207,14 @@ def _merged_counts(shards: list[RunCounts]) -> dict[str, int]:
     return counts | {name: sum(getattr(c, name) for c in shards) for name in _SHARD_COUNTS}
 
 
-def _merged_summary(results: Path, first: dict, counts: dict[str, int], stop_reason: str) -> dict:
+def _merged_summary(results: Path, first: RunInfo, counts: dict[str, int], stop_reason: str) -> dict:
     """The summary recomputed from the merged rows, with the first shard's limits and stated load."""
     from llmreplay.run_format import stated_load
     from replayer.judge.gate_limits import FidelityLimits
     from replayer.judge.trace_cache import run_trace_cache
     from replayer.results.summary import summarize_file
 
-    config = first.get("config") or {}
+    config = first.config
     limits = (
         FidelityLimits(**config["limits"]) if isinstance(config.get("limits"), dict) else FidelityLimits()
     )

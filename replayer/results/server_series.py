@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from llmreplay.engines import BY_NAME, PrometheusNames
-from llmreplay.run_format import SERVER_METRICS_FILE
+from llmreplay.run_format import SERVER_METRICS_FILE, RunInfo
 
 
 def engine_series(rows, names: PrometheusNames) -> dict[str, list[tuple[int, float]]]:
@@ -91,11 +91,11 @@ def _hit_rate(series: dict[str, list[tuple[int, float]]]) -> list[tuple[int, flo
     return rates
 
 
-def run_server_metrics(run_dir: Path, run_json: dict, time_scale: float = 1.0) -> dict | None:
+def run_server_metrics(run_dir: Path, info: RunInfo | None, time_scale: float = 1.0) -> dict | None:
     """The reports' view of a run's server_metrics.parquet, read through the names of run.json's engine:
     its summary and each shown quantity's peak, mean and points (trace seconds = own seconds x time_scale)."""
-    path, target = Path(run_dir) / SERVER_METRICS_FILE, run_json.get("target")
-    engine = BY_NAME.get(target.get("engine")) if isinstance(target, dict) else None
+    path = Path(run_dir) / SERVER_METRICS_FILE
+    engine = None if info is None else BY_NAME.get(info.target.engine)
     names = [name for name in asdict(engine.metrics).values() if name] if engine is not None else []
     if not names or not path.is_file():
         return None

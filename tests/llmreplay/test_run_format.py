@@ -30,6 +30,7 @@ from llmreplay.run_format import (
     RunTarget,
     RunTrace,
     result_table,
+    run_info_from_json,
     stated_load,
     write_run_info,
 )
@@ -153,9 +154,13 @@ def test_run_info_writes_the_golden_run_json_of_its_version(tmp_path):
 
 
 def test_speed_and_scale_are_read_from_one_place():
-    assert stated_load(json.loads((CURRENT / RUN_FILE).read_text())) == {"speed": 20.0, "scale": 1.0}
-    assert stated_load({"speed": 3.0, "config": {"speed": 3.0}}) == {}  # not where a run states them
-    assert stated_load({"config": {"schedule": {"speed": True, "scale": -1, "seed": 0}}}) == {}
+    current = json.loads((CURRENT / RUN_FILE).read_text())
+    assert stated_load(run_info_from_json(current, "golden")) == {"speed": 20.0, "scale": 1.0}
+    elsewhere = {**current, "speed": 3.0, "config": {"speed": 3.0}}  # not where a run states them
+    assert stated_load(run_info_from_json(elsewhere, "test")) == {}
+    odd = {**current, "config": {"schedule": {"speed": True, "scale": -1, "seed": 0}}}
+    assert stated_load(run_info_from_json(odd, "test")) == {}
+    assert stated_load(None) == {}
 
 
 def test_a_newer_minor_version_reads(tmp_path):

@@ -7,14 +7,16 @@ import json
 
 import cramjam
 import pytest
+from compare_fixtures import run_document
 from opentelemetry.exporter.prometheus_remote_write.gen.remote_pb2 import WriteRequest
 
 from llmreplay.http_headers import parse_env_headers
 from llmreplay.prometheus.config import ObserveConfig
 from llmreplay.prometheus.push import push_run, write_request
 from llmreplay.prometheus.run_figures import labels_of, run_figures
+from llmreplay.run_format import run_info_from_json
 
-RUN = {
+RUN = run_document(overrides={
     "config": {"model": None, "model_map": [["prod", "staging-m"]]},
     "target": {"base_url": "http://127.0.0.1:8000", "engine": "vllm", "models": ["staging-m"]},
     "ended_unix_ns": 1_700_000_000_000_000_000,
@@ -33,7 +35,8 @@ RUN = {
         "span_s": 4.0,
         "verdict": {"status": "fail", "exit_code": 1},
     },
-}
+})
+INFO = run_info_from_json(RUN, "test")
 
 
 def _samples(figures) -> dict:
@@ -41,7 +44,7 @@ def _samples(figures) -> dict:
 
 
 def test_figures_are_the_summary_in_base_units():
-    samples = _samples(run_figures(RUN))
+    samples = _samples(run_figures(INFO))
     assert samples[("llmreplay_run_requests_sent_total", ())] == 9
     assert samples[("llmreplay_run_request_errors_total", (("kind", "http_5xx"),))] == 2
     assert samples[("llmreplay_run_request_errors_total", (("kind", "shed_by_client"),))] == 1
@@ -53,7 +56,7 @@ def test_figures_are_the_summary_in_base_units():
     assert samples[("llmreplay_run_verdict", (("status", "fail"),))] == 1
     assert samples[("llmreplay_run_end_timestamp_seconds", ())] == 1_700_000_000
     assert not any(name == "llmreplay_run_output_tokens_per_second" for name, _ in samples)
-    labels = labels_of(RUN, "/runs/canary")
+    labels = labels_of(INFO, "/runs/canary")
     assert labels == {
         "run": "canary",
         "target": "http://127.0.0.1:8000",
@@ -63,8 +66,8 @@ def test_figures_are_the_summary_in_base_units():
 
 
 def test_the_write_request_reads_back_with_sorted_labels():
-    labels = labels_of(RUN, "/runs/canary")
-    body = bytes(cramjam.snappy.compress_raw(write_request(labels, run_figures(RUN), 1234)))
+    labels = labels_of(INFO, "/runs/canary")
+    body = bytes(cramjam.snappy.compress_raw(write_request(labels, run_figures(INFO), 1234)))
     request = WriteRequest()
     request.ParseFromString(bytes(cramjam.snappy.decompress_raw(body)))
     series = {tuple((label.name, label.value) for label in s.labels): s.samples for s in request.timeseries}
@@ -151,6 +154,6 @@ def test_the_pushed_exposition_lints_clean_with_promtool():
     from llmreplay.prometheus.push import _Families
 
     registry = prometheus_client.CollectorRegistry(auto_describe=False)
-    registry.register(_Families(run_figures(RUN)))
+    registry.register(_Families(run_figures(INFO)))
     lint = promtool_check(prometheus_client.generate_latest(registry).decode())
     assert lint.returncode == 0 and not lint.stdout.strip() and not lint.stderr.strip(), lint

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from compare_fixtures import run_document
 
 from llmreplay.errors import BadInput
 from replayer.capacity.document import read_capacity, refuse_changed, write_capacity
@@ -17,9 +18,11 @@ def test_step_directory_decisions(tmp_path):
     done = tmp_path / "done"
     done.mkdir()
     (done / "results.parquet").write_bytes(b"x")
-    (done / "run.json").write_text(json.dumps({"stop_reason": "completed"}))
+    (done / "run.json").write_text(json.dumps(run_document(stop_reason="completed")))
     assert resume_action(done) == REUSE
-    (done / "run.json").write_text(json.dumps({"stop_reason": "interrupted"}))
+    (done / "run.json").write_text(json.dumps(run_document(stop_reason="interrupted")))
+    assert resume_action(done) == RERUN
+    (done / "run.json").write_text('{"stop_reason": "comp')  # killed mid-write
     assert resume_action(done) == RERUN
 
 

@@ -7,10 +7,10 @@ import datetime
 import numpy as np
 import pyarrow as pa
 import pytest
-from compare_fixtures import Shape, latencies_ns, write_run
+from compare_fixtures import Shape, latencies_ns, run_document, write_run
 
 from llmreplay.metrics import itl_values_ns
-from llmreplay.run_format import RESULT_SCHEMA
+from llmreplay.run_format import RESULT_SCHEMA, run_info_from_json
 from replayer.compare.load import load_windows, window_width_s
 from replayer.compare.sides import CompareConfig, compare_sides, summarize_side
 from replayer.measured.requests import build_requests, time_scale
@@ -116,9 +116,10 @@ def test_speed_comes_from_run_json_schedule(tmp_path):
     shape = Shape(n=20)
     run = write_run(tmp_path / "run", shape, *latencies_ns(shape, seed=1), speed=4.0, config={"speed": None})
     side = load_side(run, "candidate")
-    nested = Side(side.label, side.path, side.kind, side.table, {"config": {"schedule": {"speed": 3.0}}})
+    stated = run_info_from_json(run_document(speed=3.0), "test")
+    nested = Side(side.label, side.path, side.kind, side.table, {}, stated)
     assert time_scale(nested, build_requests(nested)) == 3.0
-    estimated = Side(side.label, side.path, side.kind, side.table, {})
+    estimated = Side(side.label, side.path, side.kind, side.table, {}, None)
     assert time_scale(estimated, build_requests(estimated)) == pytest.approx(4.0, rel=1e-3)
 
 
@@ -128,7 +129,7 @@ def test_compare_restricts_to_common_ids_and_reports_the_rest(tmp_path):
     baseline = load_side(write_run(tmp_path / "a", shape, ttft, tpot), "baseline")
     candidate = load_side(write_run(tmp_path / "b", shape, ttft, tpot), "candidate")
     window = candidate.table.slice(0, 30)  # a replay of part of the trace
-    partial = Side(candidate.label, candidate.path, candidate.kind, window, candidate.config)
+    partial = Side(candidate.label, candidate.path, candidate.kind, window, candidate.config, candidate.run)
     result = compare_sides(baseline, partial, CompareConfig())
     assert result["common_requests"] == {"common": 30, "baseline_only": 20, "candidate_only": 0}
     assert result["sides"]["baseline"]["requests"] == 30

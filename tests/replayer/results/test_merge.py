@@ -101,8 +101,8 @@ def test_the_results_file_states_its_run_format_version_and_reads_alone(tmp_path
     _, out = _merge(tmp_path)
     metadata = pq.read_schema(out).metadata
     assert json.loads(metadata[METADATA_KEY]) == {"run_format_version": RUN_FORMAT_VERSION}
-    table, run_json = read_run(out, "run")  # no run.json beside it: the footer says the version
-    assert table.num_rows == 3 and run_json == {}
+    run = read_run(out, "run")  # no run.json beside it: the footer says the version
+    assert run.table.num_rows == 3 and run.document == {} and run.info is None
 
 
 def test_the_run_clock_turns_a_monotonic_send_time_into_wall_time():

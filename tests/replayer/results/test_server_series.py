@@ -5,8 +5,10 @@ the scraped samples, series per role and the run's summary."""
 from __future__ import annotations
 
 import pytest
+from compare_fixtures import run_document
 
 from llmreplay.engines import BY_NAME
+from llmreplay.run_format import RunInfo, run_info_from_json
 from replayer.results.server_metrics import MetricsScraper, parse_prometheus
 from replayer.results.server_series import (
     CHART_POINTS,
@@ -45,11 +47,15 @@ def test_an_engine_with_a_hit_rate_gauge_shows_it_as_is():
     assert report_series(engine_series(rows, sglang))["prefix_cache_hit_rate"] == [(0, 0.25), (S, 0.75)]
 
 
-def _write_run(tmp_path, rows, engine="vllm") -> dict:
+def _write_run(tmp_path, rows, engine="vllm") -> RunInfo:
     scraper = MetricsScraper("http://unused/metrics", S, 0)
     scraper.rows = rows
     scraper.write(tmp_path / "server_metrics.parquet")
-    return {"target": {"engine": engine}}
+    return _info(engine)
+
+
+def _info(engine: str) -> RunInfo:
+    return run_info_from_json(run_document(overrides={"target": {"engine": engine}}), "test")
 
 
 def test_a_run_read_through_its_engine_row_on_the_trace_clock(tmp_path):
@@ -70,7 +76,8 @@ def test_a_long_run_is_thinned_to_window_peaks(tmp_path):
 
 
 def test_nothing_to_show_without_samples_names_or_file(tmp_path):
-    assert run_server_metrics(tmp_path, {"target": {"engine": "vllm"}}) is None  # no file
+    assert run_server_metrics(tmp_path, _info("vllm")) is None  # no file
+    assert run_server_metrics(tmp_path, None) is None  # no run.json
     rows = [(0, 0, "other_metric", "", 1.0)]
     assert run_server_metrics(tmp_path, _write_run(tmp_path, rows)) is None  # none of the row's names
     assert run_server_metrics(tmp_path, _write_run(tmp_path, vllm_scrape(0, 1, 1, 1, 0), "openai")) is None
