@@ -1,14 +1,14 @@
 """What each API's prompt items are counted over, by trace endpoint: the dialects' own rules
-(llmreplay.openai_wire), so the anonymizer keeps exactly the lengths the recorder measured."""
+(llmreplay.wire), so the anonymizer keeps exactly the lengths the recorder measured."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from llmreplay.openai_wire.message_text import message_text
-from llmreplay.openai_wire.messages_api import blocks_text
-from llmreplay.openai_wire.responses_api import item_message
+from llmreplay.wire.message_text import message_text
+from llmreplay.wire.messages_api import blocks_text
+from llmreplay.wire.responses_api import item_message
 
 
 def _responses_item(item: Any) -> tuple[str, str]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmreplay.error_kinds import ERROR_KINDS
-from llmreplay.openai_wire.endpoints import ENDPOINT_NAMES
+from llmreplay.wire.endpoints import ENDPOINT_NAMES
 
 # Version rule: MAJOR.MINOR. A minor version only adds nullable columns (`since` on the column) and
 # vocabulary values. A reader reads every file of a major it knows: a column the file lacks that a
@@ -124,7 +124,7 @@ class TraceRecord:
     finish_reason: str | None = column(STRING, None)
     # columns whose value was out of range as received: written as null and named here
     invalid_fields: tuple[str, ...] | None = column(list_of(STRING), None, since="1.1")
-    # streamed answers (llmreplay.openai_wire.stream_timing): the first answer token, and the reasoning before it
+    # streamed answers (llmreplay.wire.stream_timing): the first answer token, and the reasoning before it
     ttfo_ns: int | None = column(INT64, None, since="1.2", bounds=DURATION_NS)
     reasoning_tokens: int | None = column(INT32, None, since="1.2", bounds=COUNT)
     reasoning_ns: int | None = column(INT64, None, since="1.2", bounds=DURATION_NS)

@@ -1,12 +1,12 @@
 """The forms in which a client sends an answer back in its next request, per API: what session
-inference looks for after a turn's messages, counted by the dialects' rules (llmreplay.openai_wire)."""
+inference looks for after a turn's messages, counted by the dialects' rules (llmreplay.wire)."""
 
 from __future__ import annotations
 
 import orjson
 
-from llmreplay.openai_wire.messages_api import tool_input_json
-from llmreplay.openai_wire.response import ResponseShape, call_text
+from llmreplay.wire.messages_api import tool_input_json
+from llmreplay.wire.response import ResponseShape, call_text
 from recorder.request_shape import ChatMessage
 
 Echo = tuple[ChatMessage, ...]  # the assistant messages an answer becomes in the next request

@@ -14,19 +14,19 @@ from dataclasses import dataclass
 import orjson
 
 from llmreplay.error_kinds import error_kind_for_status
-from llmreplay.openai_wire.response import (
-    ResponseShape,
-    counted_texts,
-    summarize_json,
-    summarize_stream,
-)
-from llmreplay.openai_wire.stream_end import missing_end
-from llmreplay.openai_wire.stream_timing import StreamTiming, stream_timing
 from llmreplay.prefix_hash import prefix_block_hashes
 from llmreplay.sse import SSESplitter
 from llmreplay.tokenizers import Tokenizer
 from llmreplay.trace_format import MessageShape, TraceRecord
 from llmreplay.trace_values import fits
+from llmreplay.wire.response import (
+    ResponseShape,
+    counted_texts,
+    summarize_json,
+    summarize_stream,
+)
+from llmreplay.wire.stream_end import missing_end
+from llmreplay.wire.stream_timing import StreamTiming, stream_timing
 from recorder.answer_echo import Echo, echoed_answers
 from recorder.capture import Capture
 from recorder.decoding import MAX_DECODED_BYTES, DecodeLimit, decode_body, make_decoder

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from llmreplay.openai_wire.dialects import dialect_for
-from llmreplay.openai_wire.message_text import PromptMessage as ChatMessage  # role and counted text
+from llmreplay.wire.dialects import dialect_for
+from llmreplay.wire.message_text import PromptMessage as ChatMessage  # role and counted text
 
 __all__ = ["ChatMessage", "RequestShape", "parse_request"]
 # Where each API keeps the prompt items, the system prompt and the output format (content columns
-# hold them as sent); the dialects (llmreplay.openai_wire) read their meaning.
+# hold them as sent); the dialects (llmreplay.wire) read their meaning.
 _ITEMS = {"chat_completions": "messages", "responses": "input", "messages": "messages"}
 _SYSTEM = {"responses": "instructions", "messages": "system"}
 

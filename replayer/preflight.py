@@ -23,11 +23,11 @@ from llmreplay import __version__
 from llmreplay.bounded_read import AnswerTooLarge, CrossOriginRedirect, error_body, fetch
 from llmreplay.engines import BY_NAME, Engine
 from llmreplay.errors import BadInput
-from llmreplay.openai_wire.endpoints import REPLAY_PATHS
-from llmreplay.openai_wire.error_object import error_text
-from llmreplay.openai_wire.response import ResponseShape, summarize_json, summarize_stream
 from llmreplay.probe_ids import PROBE_ID_PREFIX, probe_headers
 from llmreplay.redaction import scrubbed_excerpt, secret_values
+from llmreplay.wire.endpoints import REPLAY_PATHS
+from llmreplay.wire.error_object import error_text
+from llmreplay.wire.response import ResponseShape, summarize_json, summarize_stream
 from replayer.config import ReplayConfig
 from replayer.plan.api_bodies import API_BODIES
 from replayer.plan.request_builder import length_fields, sent_model, tool_choice_field, under_grammar

@@ -164,7 +164,7 @@ def chat_tools(tools: Sequence[tuple]) -> list[dict] | None:
 def counted_view(endpoint: str, fields: dict) -> tuple[list[dict], list[dict] | None]:
     """Recorded content as chat messages and tools (the dialect's reading: text-bearing blocks as
     text), for counting on the target; approximate where a block is templated otherwise."""
-    from llmreplay.openai_wire.dialects import dialect_for
+    from llmreplay.wire.dialects import dialect_for
 
     dialect = dialect_for(endpoint)
     spelled = [(m.role, m.text) for m in dialect.request_messages(fields)]

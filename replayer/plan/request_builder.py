@@ -14,8 +14,8 @@ import orjson
 
 from llmreplay.engines import BY_NAME, FLAG, FLOOR
 from llmreplay.errors import BadInput
-from llmreplay.openai_wire.endpoints import REPLAY_PATHS
 from llmreplay.trace_format import SAMPLING_COLUMNS, TraceRecord
+from llmreplay.wire.endpoints import REPLAY_PATHS
 from replayer.plan.api_bodies import API_BODIES, chat_view, tagged
 from replayer.plan.api_request import load_column
 from replayer.plan.arrays import PlannedRequest
@@ -24,7 +24,7 @@ from replayer.plan.prompt_fit import PromptFitter
 from replayer.plan.prompt_synthesis import BlockSpeller, copy_nonce
 from replayer.plan.sent_turns import SentTurn, continued, sent_and_marked
 
-ENDPOINT_PATHS = REPLAY_PATHS  # llmreplay.openai_wire.endpoints: a row there makes an endpoint replayable
+ENDPOINT_PATHS = REPLAY_PATHS  # llmreplay.wire.endpoints: a row there makes an endpoint replayable
 CANCEL_HEADROOM_TOKENS = 16
 # Messages requires max_tokens: a row that recorded neither an output nor a limit gets this one
 REQUIRED_LIMIT_TOKENS = 4096
@@ -206,7 +206,7 @@ def length_fields(
 def _api_request(record, plan, options, content, body, path, fitter, sending, history) -> BuiltRequest:
     """A Responses or Messages request (replayer.plan.api_bodies): the API's own fields, the
     placeholder of a chained turn, its length limit and forcing fields, the sampling it has."""
-    from llmreplay.openai_wire.responses_api import PREVIOUS_RESPONSE_PLACEHOLDER
+    from llmreplay.wire.responses_api import PREVIOUS_RESPONSE_PLACEHOLDER
     from replayer.plan.responses_state import CHAINED
 
     row = API_BODIES[record.endpoint]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from llmreplay.openai_wire.channels import ANSWER, REASONING
-from llmreplay.openai_wire.dialects import DIALECTS, dialect_for
-from llmreplay.openai_wire.endpoints import ENDPOINTS, REPLAY_PATHS, dialect_for_path, endpoint_for_path
-from llmreplay.openai_wire.usage import Usage, merge_usage, parse_usage
+from llmreplay.wire.channels import ANSWER, REASONING
+from llmreplay.wire.dialects import DIALECTS, dialect_for
+from llmreplay.wire.endpoints import ENDPOINTS, REPLAY_PATHS, dialect_for_path, endpoint_for_path
+from llmreplay.wire.usage import Usage, merge_usage, parse_usage
 
 RESPONSES, MESSAGES = dialect_for("responses"), dialect_for("messages")
 

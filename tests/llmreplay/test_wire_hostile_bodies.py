@@ -7,14 +7,14 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmreplay.openai_wire import messages_api
-from llmreplay.openai_wire.answer import Answer
-from llmreplay.openai_wire.channels import RESPONSES_DELTA_CHANNELS
-from llmreplay.openai_wire.dialects import _READERS, DIALECTS
-from llmreplay.openai_wire.message_text import PromptMessage
-from llmreplay.openai_wire.response import summarize_stream
-from llmreplay.openai_wire.stream_event import EventFacts
 from llmreplay.trace_format import SERVER_STATES, STRUCTURED_OUTPUT_KINDS, TOOL_CHOICES
+from llmreplay.wire import messages_api
+from llmreplay.wire.answer import Answer
+from llmreplay.wire.channels import RESPONSES_DELTA_CHANNELS
+from llmreplay.wire.dialects import _READERS, DIALECTS
+from llmreplay.wire.message_text import PromptMessage
+from llmreplay.wire.response import summarize_stream
+from llmreplay.wire.stream_event import EventFacts
 from replayer.loop.sse import SseStream
 
 # The keys the dialects read, at any depth, so a hostile value lands where a reader looks for one.

@@ -8,13 +8,13 @@ from types import SimpleNamespace
 
 import orjson
 
-from llmreplay.openai_wire import chat_api
-from llmreplay.openai_wire.answer import Answer
-from llmreplay.openai_wire.channels import ANSWER, REASONING
-from llmreplay.openai_wire.dialects import _READERS, DIALECTS, _row, typed_dialect
-from llmreplay.openai_wire.response import summarize_stream
-from llmreplay.openai_wire.stream_event import NO_FACTS, EventFacts, event_type
-from llmreplay.openai_wire.usage import parse_usage
+from llmreplay.wire import chat_api
+from llmreplay.wire.answer import Answer
+from llmreplay.wire.channels import ANSWER, REASONING
+from llmreplay.wire.dialects import _READERS, DIALECTS, _row, typed_dialect
+from llmreplay.wire.response import summarize_stream
+from llmreplay.wire.stream_event import NO_FACTS, EventFacts, event_type
+from llmreplay.wire.usage import parse_usage
 from replayer.loop.sse import SseStream
 
 CHANNELS = {"toy.piece": ("piece", ANSWER), "toy.musing": ("musing", REASONING)}

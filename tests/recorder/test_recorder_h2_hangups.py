@@ -31,8 +31,8 @@ from mitmproxy.proxy.layers.http._http_h2 import BufferedH2Connection
 from test_recorder_e2e import API_KEY, start_recorder, stop
 from test_recorder_http2 import request
 
-from llmreplay.openai_wire.response import summarize_stream
 from llmreplay.trace_io import read_trace
+from llmreplay.wire.response import summarize_stream
 from recorder import h2_streams
 from recorder.capture import Capture, keep_delivered
 from recorder.keys import keyed_hash, load_or_create_key

@@ -5,10 +5,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from llmreplay.openai_wire import messages_api, responses_api
-from llmreplay.openai_wire.endpoints import endpoint_for_path
-from llmreplay.openai_wire.response import ResponseShape, summarize_json, summarize_stream
 from llmreplay.trace_format import REQUEST_COLUMNS
+from llmreplay.wire import messages_api, responses_api
+from llmreplay.wire.endpoints import endpoint_for_path
+from llmreplay.wire.response import ResponseShape, summarize_json, summarize_stream
 from recorder.answer_echo import echoed_answers
 from recorder.capture import Capture
 from recorder.record_builder import classify_error

@@ -8,10 +8,10 @@ import json
 import orjson
 import pytest
 
-from llmreplay.openai_wire.dialects import dialect_for
-from llmreplay.openai_wire.responses_api import PREVIOUS_RESPONSE_PLACEHOLDER
 from llmreplay.trace_format import MessageShape, TraceRecord
 from llmreplay.trace_io import records_to_table
+from llmreplay.wire.dialects import dialect_for
+from llmreplay.wire.responses_api import PREVIOUS_RESPONSE_PLACEHOLDER
 from replayer.config import ScheduleConfig
 from replayer.plan.prompt_synthesis import BlockSpeller, ExactTextWords
 from replayer.plan.request_builder import BuildOptions, build_request

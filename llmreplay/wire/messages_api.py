@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import orjson
 
-from llmreplay.openai_wire.answer import Answer
-from llmreplay.openai_wire.channels import ANSWER, MESSAGES_BLOCK_CHANNELS, MESSAGES_DELTA_CHANNELS, REASONING
-from llmreplay.openai_wire.error_object import error_text
-from llmreplay.openai_wire.json_array import array_items
-from llmreplay.openai_wire.message_text import PromptMessage
-from llmreplay.openai_wire.stream_event import NO_FACTS, EventFacts, event_type
-from llmreplay.openai_wire.usage import parse_usage
+from llmreplay.wire.answer import Answer
+from llmreplay.wire.channels import ANSWER, MESSAGES_BLOCK_CHANNELS, MESSAGES_DELTA_CHANNELS, REASONING
+from llmreplay.wire.error_object import error_text
+from llmreplay.wire.json_array import array_items
+from llmreplay.wire.message_text import PromptMessage
+from llmreplay.wire.stream_event import NO_FACTS, EventFacts, event_type
+from llmreplay.wire.usage import parse_usage
 
 # stop_reason -> the chat finish reason (pause_turn and refusal keep their names)
 STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
@@ -135,7 +135,7 @@ def server_state(body: dict) -> tuple[None, None]:
 
 
 def event_channel(event_name: str | None, data: dict) -> str | None:
-    """The channel a stream event's generated tokens go to (llmreplay.openai_wire.channels); None: none."""
+    """The channel a stream event's generated tokens go to (llmreplay.wire.channels); None: none."""
     kind = event_type(event_name, data)
     if kind == BLOCK_DELTA:
         part, table = data.get("delta"), MESSAGES_DELTA_CHANNELS

@@ -4,18 +4,18 @@ into the shapes every dialect shares. Pure, light imports: the recorder's proxy 
 
 from __future__ import annotations
 
-from llmreplay.openai_wire.answer import Answer
-from llmreplay.openai_wire.channels import (
+from llmreplay.wire.answer import Answer
+from llmreplay.wire.channels import (
     REASONING,
     RESPONSES_DELTA_CHANNELS,
     RESPONSES_END_EVENTS,
     RESPONSES_ITEM_CHANNELS,
 )
-from llmreplay.openai_wire.error_object import error_text
-from llmreplay.openai_wire.json_array import array_items
-from llmreplay.openai_wire.message_text import PromptMessage, content_text, text_parts
-from llmreplay.openai_wire.stream_event import NO_FACTS, EventFacts, event_type
-from llmreplay.openai_wire.usage import parse_usage
+from llmreplay.wire.error_object import error_text
+from llmreplay.wire.json_array import array_items
+from llmreplay.wire.message_text import PromptMessage, content_text, text_parts
+from llmreplay.wire.stream_event import NO_FACTS, EventFacts, event_type
+from llmreplay.wire.usage import parse_usage
 
 # The replayer sends this as `previous_response_id` in a chained turn; the replay loop puts in its
 # place the id staging returned for the session's previous turn (replayer/loop/chain.py).
@@ -158,7 +158,7 @@ def server_state(body: dict) -> tuple[str | None, str | None]:
 
 
 def event_channel(event_name: str | None, data: dict) -> str | None:
-    """The channel a stream event's generated tokens go to (llmreplay.openai_wire.channels); None: none."""
+    """The channel a stream event's generated tokens go to (llmreplay.wire.channels); None: none."""
     kind = event_type(event_name, data)
     channel = RESPONSES_DELTA_CHANNELS.get(kind)
     if channel is not None:

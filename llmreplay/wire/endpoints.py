@@ -14,7 +14,7 @@ class Endpoint:
     path: str  # on an OpenAI-compatible server
     replayable: bool  # the replayer can build its request from a trace row
     generates: bool  # the answer carries generated tokens (an embedding does not)
-    dialect: str  # its row in llmreplay.openai_wire.dialects.DIALECTS: request, stream and usage grammar
+    dialect: str  # its row in llmreplay.wire.dialects.DIALECTS: request, stream and usage grammar
 
 
 # Longest suffix first: a recorded path is named by the first row whose path ends it.

@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from llmreplay.openai_wire import chat_api, messages_api, responses_api
-from llmreplay.openai_wire.answer import Answer
-from llmreplay.openai_wire.endpoints import DIALECT_OF
-from llmreplay.openai_wire.message_text import PromptMessage
-from llmreplay.openai_wire.stream_event import EventFacts
-from llmreplay.openai_wire.usage import Usage, parse_usage
+from llmreplay.wire import chat_api, messages_api, responses_api
+from llmreplay.wire.answer import Answer
+from llmreplay.wire.endpoints import DIALECT_OF
+from llmreplay.wire.message_text import PromptMessage
+from llmreplay.wire.stream_event import EventFacts
+from llmreplay.wire.usage import Usage, parse_usage
 
 
 @dataclass(frozen=True, slots=True)

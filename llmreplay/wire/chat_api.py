@@ -3,12 +3,12 @@ fields and answer body every dialect also reads. Pure, light imports."""
 
 from __future__ import annotations
 
-from llmreplay.openai_wire.answer import Answer
-from llmreplay.openai_wire.channels import REASONING, TEXT_CHANNELS
-from llmreplay.openai_wire.channels import event_channel as chunk_channel
-from llmreplay.openai_wire.json_array import array_items
-from llmreplay.openai_wire.message_text import PromptMessage, content_text, message_text
-from llmreplay.openai_wire.usage import parse_usage
+from llmreplay.wire.answer import Answer
+from llmreplay.wire.channels import REASONING, TEXT_CHANNELS
+from llmreplay.wire.channels import event_channel as chunk_channel
+from llmreplay.wire.json_array import array_items
+from llmreplay.wire.message_text import PromptMessage, content_text, message_text
+from llmreplay.wire.usage import parse_usage
 
 _REASONING_KEYS = tuple(key for key, channel in TEXT_CHANNELS.items() if channel == REASONING)
 TOOL_CHOICE_MODES = ("auto", "none", "required")
