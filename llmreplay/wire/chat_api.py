@@ -3,6 +3,8 @@ fields and answer body every dialect also reads. Pure, light imports."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from llmreplay.wire.answer import Answer
 from llmreplay.wire.channels import REASONING, TEXT_CHANNELS
 from llmreplay.wire.channels import event_channel as chunk_channel
@@ -89,3 +91,15 @@ def answer(data: dict) -> Answer:
         parse_usage(data.get("usage")),
         response_id(data),
     )
+
+
+def chat_view(spelled: Sequence[tuple[str, str]]) -> list[dict]:
+    """The chat messages an engine templates a spelled prompt as (vLLM converts Responses and Messages
+    bodies to chat messages: tool results become `tool` messages), for counting it on the target."""
+    out = []
+    for i, (role, text) in enumerate(spelled):
+        message = {"role": role, "content": text}
+        if role == "tool":
+            message["tool_call_id"] = f"call_{i}"
+        out.append(message)
+    return out

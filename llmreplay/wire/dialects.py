@@ -1,6 +1,6 @@
-"""The dialect table: how each API's requests, stream events and answers are read. An endpoint row
-(endpoints.py) names its dialect; adding an API is adding a module and a row here (docs/extending.md,
-"An API dialect"). Pure, light imports.
+"""The dialect table: how each API's requests, stream events and answers are read, and how a replayed
+body is laid out (its module's BODY). An endpoint row (endpoints.py) names its dialect; adding an API is
+adding a module and a row here (docs/extending.md, "An API dialect"). Pure, light imports.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from llmreplay.wire import chat_api, messages_api, responses_api
 from llmreplay.wire.answer import Answer
+from llmreplay.wire.api_body import ApiBody
 from llmreplay.wire.endpoints import DIALECT_OF
 from llmreplay.wire.message_text import PromptMessage
 from llmreplay.wire.stream_event import EventFacts
@@ -37,6 +38,7 @@ class Dialect:
     delta_rules: dict = field(default_factory=dict)  # event name -> ((text keys, channel), ...)
     parsed_events: tuple[str, ...] = ()  # read whole (event_facts), besides end events and `error`
     fold_text: Callable[[str, dict, list, list, dict], None] | None = None  # the reference reading's texts
+    body: ApiBody | None = None  # the write rules (a module's BODY): how a replayed body lays it out
 
 
 _READERS = ("request_messages", "request_tools", "request_tool_choice", "request_structured")
@@ -54,7 +56,8 @@ def _row(name: str, module, typed_events: bool, **overrides) -> Dialect:
         "fold_text": getattr(module, "fold_text", None),
     }
     ends = getattr(module, "END_EVENTS", ())
-    return Dialect(name, **readers, end_events=ends, typed_events=typed_events, **typed)
+    body = getattr(module, "BODY", None)
+    return Dialect(name, **readers, end_events=ends, typed_events=typed_events, **typed, body=body)
 
 
 CHAT = _row("chat", chat_api, typed_events=False)
@@ -65,6 +68,13 @@ DIALECTS = {
     "responses": _row("responses", responses_api, typed_events=True),
     "messages": _row("messages", messages_api, typed_events=True),
 }
+
+
+def api_body(endpoint: str) -> ApiBody | None:
+    """The write rules of a trace endpoint's dialect (None: an endpoint without a row, or a dialect
+    whose bodies the replayer builds itself)."""
+    dialect = DIALECT_OF.get(endpoint)
+    return DIALECTS[dialect].body if dialect is not None else None
 
 
 def dialect_for(endpoint: str) -> Dialect:

@@ -1,13 +1,18 @@
 """The Anthropic Messages API (/v1/messages): its request fields, stream events and answer body, read
-into the shapes every dialect shares. Pure, light imports: the recorder's proxy and the replay loop use it.
+into the shapes every dialect shares, and how a replayed body lays them out (BODY). Pure, light imports:
+the recorder's proxy and the replay loop use it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import orjson
 
 from llmreplay.wire.answer import Answer
+from llmreplay.wire.api_body import ANSWER_SCHEMA, ApiBody, forced_choice
 from llmreplay.wire.channels import ANSWER, MESSAGES_BLOCK_CHANNELS, MESSAGES_DELTA_CHANNELS, REASONING
+from llmreplay.wire.chat_api import chat_view
 from llmreplay.wire.error_object import error_text
 from llmreplay.wire.json_array import array_items
 from llmreplay.wire.message_text import PromptMessage
@@ -39,6 +44,9 @@ DELTA_RULES = {
     )
 }
 PARSED_EVENTS = ("message_start", BLOCK_START, "message_delta")
+# the trace's tool_choice -> Anthropic's tool_choice `type` (`tool`: a named tool forced); read inverted
+CHOICE_TYPES = {"auto": "auto", "none": "none", "required": "any", "function": "tool"}
+_RECORDED_CHOICE = {sent: recorded for recorded, sent in CHOICE_TYPES.items()}
 
 
 def request_messages(body: dict) -> tuple[PromptMessage, ...]:
@@ -109,7 +117,7 @@ def request_tool_choice(body: dict) -> str | None:
     """auto | none | required (Anthropic `any`) | function (`tool`: a named tool forced)."""
     choice = body.get("tool_choice")
     kind = choice.get("type") if isinstance(choice, dict) else None
-    return {"auto": "auto", "none": "none", "any": "required", "tool": "function"}.get(_str(kind))
+    return _RECORDED_CHOICE.get(_str(kind))
 
 
 def request_structured(body: dict) -> tuple[str, dict | None]:
@@ -246,3 +254,75 @@ def fold_text(kind: str, event: dict, texts: list, thoughts: list, calls: dict) 
         thoughts.append(delta["thinking"])
     elif part == "input_json_delta" and isinstance(delta.get("partial_json"), str) and index in calls:
         calls[index]["function"]["arguments"] += delta["partial_json"]
+
+
+# The write rules: how a replayed body lays out a prompt, tools, tool_choice, a format and its length.
+
+
+def spell(spelled: Sequence[tuple[str, str]]) -> dict:
+    """System messages go to `system` (Messages has no system role); tool results are tool_result blocks."""
+    fields: dict = {}
+    systems = [text for role, text in spelled if role == "system"]
+    if systems:
+        fields["system"] = "".join(systems)
+    messages = []
+    for i, (role, text) in enumerate(spelled):
+        if role == "system":
+            continue
+        if role == "tool":
+            block = {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": text}
+            messages.append({"role": "user", "content": [block]})
+        else:
+            messages.append({"role": "assistant" if role == "assistant" else "user", "content": text})
+    fields["messages"] = messages
+    return fields
+
+
+def tool_definition(name: str, description: str, schema: dict) -> dict:
+    return {"name": name, "description": description, "input_schema": schema}
+
+
+def sent_tool_choice(recorded: str, first_tool: str) -> dict:
+    """The trace's tool_choice as Anthropic's object; a forced call names the first tool."""
+    choice = {"type": CHOICE_TYPES[recorded]}
+    return {**choice, "name": first_tool} if recorded == "function" else choice
+
+
+def format_object(kind: str, description: str) -> dict | None:
+    """Messages has JSON-schema output only: a json_object request is sent as an open object schema."""
+    if kind in ("json_object", "json_schema"):
+        schema = (
+            {**ANSWER_SCHEMA, "description": description} if kind == "json_schema" else {"type": "object"}
+        )
+        return {"type": "json_schema", "schema": schema}
+    return None
+
+
+def under_grammar(body: dict) -> bool:
+    config = body.get("output_config") or {}
+    return "format" in config or forced_choice(body.get("tool_choice"), ("auto", "none"))
+
+
+def chat_messages(spelled: Sequence[tuple[str, str]]) -> list[dict]:
+    """The chat view, with Messages' one `system` field templated as a single leading system message."""
+    messages = chat_view(spelled)
+    systems = [m["content"] for m in messages if m["role"] == "system"]
+    rest = [m for m in messages if m["role"] != "system"]
+    return ([{"role": "system", "content": "".join(systems)}] if systems else []) + rest
+
+
+BODY = ApiBody(
+    "messages",
+    limit_field="max_tokens",
+    prompt_field="messages",
+    system_field="system",
+    spell=spell,
+    tool=tool_definition,
+    tool_name=lambda tool: tool.get("name"),
+    tool_choice=sent_tool_choice,
+    formats=format_object,
+    format_fields=lambda fmt: {"output_config": {"format": fmt}},
+    under_grammar=under_grammar,
+    chat=chat_messages,
+    sampling=("temperature", "top_p"),
+)

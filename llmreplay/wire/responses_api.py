@@ -1,16 +1,21 @@
 """The OpenAI Responses API (/v1/responses): its request fields, stream events and answer body, read
-into the shapes every dialect shares. Pure, light imports: the recorder's proxy and the replay loop use it.
+into the shapes every dialect shares, and how a replayed body lays them out (BODY). Pure, light imports:
+the recorder's proxy and the replay loop use it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from llmreplay.wire.answer import Answer
+from llmreplay.wire.api_body import ANSWER_SCHEMA, ApiBody, forced_choice
 from llmreplay.wire.channels import (
     REASONING,
     RESPONSES_DELTA_CHANNELS,
     RESPONSES_END_EVENTS,
     RESPONSES_ITEM_CHANNELS,
 )
+from llmreplay.wire.chat_api import chat_view
 from llmreplay.wire.error_object import error_text
 from llmreplay.wire.json_array import array_items
 from llmreplay.wire.message_text import PromptMessage, content_text, text_parts
@@ -274,3 +279,61 @@ def fold_text(kind: str, event: dict, texts: list, thoughts: list, calls: dict) 
     if kind in END_EVENTS and isinstance(event.get("response"), dict):
         calls.clear()
         calls.update(enumerate(output_texts(event["response"])[2]))
+
+
+# The write rules: how a replayed body lays out a prompt, tools, tool_choice, a format and its length.
+
+
+def spell(spelled: Sequence[tuple[str, str]]) -> dict:
+    """A leading system message becomes `instructions`; tool results are function_call_output items."""
+    fields: dict = {}
+    if spelled and spelled[0][0] == "system":
+        fields["instructions"] = spelled[0][1]
+        spelled = spelled[1:]
+    items = []
+    for i, (role, text) in enumerate(spelled):
+        if role == "tool":
+            items.append({"type": "function_call_output", "call_id": f"call_{i}", "output": text})
+        else:
+            items.append({"role": role, "content": text})
+    fields["input"] = items
+    return fields
+
+
+def tool_definition(name: str, description: str, schema: dict) -> dict:
+    return {"type": "function", "name": name, "description": description, "parameters": schema}
+
+
+def sent_tool_choice(recorded: str, first_tool: str) -> object:
+    """The trace's tool_choice as sent: the modes by name, a forced call as the first tool's."""
+    return {"type": "function", "name": first_tool} if recorded == "function" else recorded
+
+
+def format_object(kind: str, description: str) -> dict | None:
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        schema = {**ANSWER_SCHEMA, "description": description}
+        return {"type": "json_schema", "name": "replay_schema", "schema": schema}
+    return None
+
+
+def under_grammar(body: dict) -> bool:
+    return "format" in (body.get("text") or {}) or forced_choice(body.get("tool_choice"), ("auto", "none"))
+
+
+BODY = ApiBody(
+    "responses",
+    limit_field="max_output_tokens",
+    prompt_field="input",
+    system_field="instructions",
+    spell=spell,
+    tool=tool_definition,
+    tool_name=lambda tool: tool.get("name"),
+    tool_choice=sent_tool_choice,
+    formats=format_object,
+    format_fields=lambda fmt: {"text": {"format": fmt}},
+    under_grammar=under_grammar,
+    chat=chat_view,
+    sampling=("temperature", "top_p", "seed"),  # seed: vLLM's ResponsesRequest has it
+)

@@ -15,9 +15,10 @@ import orjson
 from llmreplay.engines import BY_NAME, FLAG, FLOOR
 from llmreplay.errors import BadInput
 from llmreplay.trace_format import SAMPLING_COLUMNS, TraceRecord
+from llmreplay.wire.chat_api import chat_view
+from llmreplay.wire.dialects import api_body
 from llmreplay.wire.endpoints import REPLAY_PATHS
-from replayer.plan.api_bodies import API_BODIES, chat_view, tagged
-from replayer.plan.api_request import load_column
+from replayer.plan.api_request import load_column, tagged
 from replayer.plan.arrays import PlannedRequest
 from replayer.plan.phases import prompt_copy
 from replayer.plan.prompt_fit import PromptFitter
@@ -107,7 +108,7 @@ def build_request(
     if salted:
         body["cache_salt"] = f"llmreplay-copy-{copy}-{nonce:016x}"
     fit = fitter is not None and not content.has_content and record.prompt_tokens is not None
-    if record.endpoint in API_BODIES:
+    if api_body(record.endpoint) is not None:
         return _api_request(record, plan, options, content, body, path, fitter, sending, history)
     turn = None
     if record.endpoint == "chat_completions":
@@ -191,7 +192,7 @@ def length_fields(
 ) -> dict:
     """The endpoint's length limit and the engine row's length-forcing fields there for `wanted` output
     tokens (only the limit under a grammar where the row says forcing fails there)."""
-    api = API_BODIES.get(endpoint)
+    api = api_body(endpoint)
     fields: dict = {api.limit_field if api else "max_tokens": wanted}
     row = BY_NAME[engine]
     if grammar and not row.forces_length_under_grammar:
@@ -204,12 +205,12 @@ def length_fields(
 
 
 def _api_request(record, plan, options, content, body, path, fitter, sending, history) -> BuiltRequest:
-    """A Responses or Messages request (replayer.plan.api_bodies): the API's own fields, the
+    """A Responses or Messages request (its dialect's ApiBody, llmreplay.wire): the API's own fields, the
     placeholder of a chained turn, its length limit and forcing fields, the sampling it has."""
     from llmreplay.wire.responses_api import PREVIOUS_RESPONSE_PLACEHOLDER
     from replayer.plan.responses_state import CHAINED
 
-    row = API_BODIES[record.endpoint]
+    row = api_body(record.endpoint)
     chain_mode = options.responses_state == "chain"
     body.update(_api_prompt(row, record, content, fitter, sending, history, chain_mode))
     if sending == CHAINED:
