@@ -30,7 +30,7 @@ from llmreplay.wire.endpoints import ENDPOINTS, REPLAY_PATHS
 from llmreplay.wire.error_object import error_text
 from llmreplay.wire.response import ResponseShape, summarize_json, summarize_stream
 from replayer.config import ReplayConfig
-from replayer.plan.request_builder import length_fields, sent_model, tool_choice_field, under_grammar
+from replayer.plan.request_builder import length_fields, sent_model, tool_choice_field
 from replayer.plan.responses_state import (
     EXPANDED,
     PREVIOUS_RESPONSE,
@@ -440,15 +440,10 @@ def _request(
     """(endpoint, body) of one tiny request, its length forced as the replay's are."""
     endpoint = endpoint or needs.endpoint
     api = api_body(endpoint)
-    if api is not None:
-        prompt = api.spell([("user", text)])
-        if extra.get("stream"):
-            extra = {"stream": True}
-    elif endpoint == "chat_completions":
-        prompt = {"messages": [{"role": "user", "content": text}]}
-    else:
-        prompt = {"prompt": text}
-    grammar = api.under_grammar(extra) if api is not None else under_grammar(extra)
+    prompt = api.spell([("user", text)])
+    if extra.get("stream") and not api.asks_usage:
+        extra = {"stream": True}  # its stream carries its usage unasked
+    grammar = api.under_grammar(extra)
     forced = length_fields(engine.name, wanted, grammar=grammar, endpoint=endpoint)
     return endpoint, {"model": needs.model, **prompt, **extra, **forced}
 

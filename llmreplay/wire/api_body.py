@@ -8,6 +8,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 ANSWER_SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}}
+# The replayer's ways of building a body (replayer.plan.request_builder.BUILDERS): chat messages a
+# session continues, a text prompt, an embedding input, or whatever `spell` lays out (a new API's way).
+BUILDERS = ("chat", "prompt", "embedding", "spelled")
+
+
+def _free(body: dict) -> bool:
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,18 +22,21 @@ class ApiBody:
     """How one API spells what a chat body carries; `chat` gives the chat view the engine templates."""
 
     endpoint: str
-    limit_field: str  # the output length limit
+    builder: str  # of BUILDERS
     prompt_field: str  # where the conversation goes (its content column holds this field's value)
-    system_field: str  # where the system prompt goes (content_system holds this field's value)
     spell: Callable[[Sequence[tuple[str, str]]], dict]  # (role, text) -> prompt (and system) fields
-    tool: Callable[[str, str, dict], dict]  # (name, description, JSON schema) -> one tool definition
-    tool_name: Callable[[dict], str | None]  # a tool definition's name
-    tool_choice: Callable[[str, str], object]  # (the trace's TOOL_CHOICES value, first tool's name)
-    formats: Callable[[str, str], dict | None]  # (structured_output kind, schema description) -> format
-    format_fields: Callable[[dict], dict]  # the API's own format object -> the body fields holding it
-    under_grammar: Callable[[dict], bool]  # the body's answer is grammar-constrained
     chat: Callable[[Sequence[tuple[str, str]]], list[dict]]  # spelled -> the chat messages it templates as
-    sampling: tuple[str, ...]  # the trace's SAMPLING_COLUMNS the API has
+    under_grammar: Callable[[dict], bool] = _free  # the body's answer is grammar-constrained
+    limit_field: str = "max_tokens"  # the output length limit
+    limit_required: bool = False  # a body without a limit is refused: send one even when none was recorded
+    system_field: str | None = None  # where the system prompt goes (content_system holds this field's value)
+    tool: Callable[[str, str, dict], dict] | None = None  # (name, description, JSON schema) -> a definition
+    tool_name: Callable[[dict], str | None] | None = None  # a tool definition's name
+    tool_choice: Callable[[str, str], object] | None = None  # (the trace's TOOL_CHOICES value, first tool)
+    formats: Callable[[str, str], dict | None] | None = None  # (structured_output kind, description) -> format
+    format_fields: Callable[[dict], dict] | None = None  # the API's own format object -> the fields holding it
+    sampling: tuple[str, ...] = ()  # the trace's SAMPLING_COLUMNS the API has
+    asks_usage: bool = False  # a stream reports its usage only when asked (stream_options.include_usage)
 
 
 def forced_choice(choice: object, free: tuple) -> bool:

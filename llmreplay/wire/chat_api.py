@@ -1,11 +1,14 @@
-"""Chat and text completions (/v1/chat/completions, /v1/completions) as dialect rows: the request
-fields and answer body every dialect also reads. Pure, light imports."""
+"""Chat Completions (/v1/chat/completions): the request fields and answer body (every dialect also
+reads them; completions and embeddings share them), and how a replayed body lays them out (BODY).
+Pure, light imports."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from llmreplay.trace_format import SAMPLING_COLUMNS
 from llmreplay.wire.answer import Answer
+from llmreplay.wire.api_body import ApiBody
 from llmreplay.wire.channels import REASONING, TEXT_CHANNELS
 from llmreplay.wire.channels import event_channel as chunk_channel
 from llmreplay.wire.json_array import array_items
@@ -19,14 +22,6 @@ TOOL_CHOICE_MODES = ("auto", "none", "required")
 def request_messages(body: dict) -> tuple[PromptMessage, ...]:
     messages = body.get("messages")
     return tuple(PromptMessage(*message_text(m)) for m in (messages if isinstance(messages, list) else ()))
-
-
-def prompt_messages(body: dict) -> tuple[PromptMessage, ...]:
-    """A completions `prompt` (a string or a list of strings) as one user message."""
-    prompt = body.get("prompt")
-    if isinstance(prompt, list):
-        prompt = "\n".join(p for p in prompt if isinstance(p, str))
-    return (PromptMessage("user", prompt),) if isinstance(prompt, str) else ()
 
 
 def request_tools(body: dict) -> tuple[dict, ...]:
@@ -103,3 +98,55 @@ def chat_view(spelled: Sequence[tuple[str, str]]) -> list[dict]:
             message["tool_call_id"] = f"call_{i}"
         out.append(message)
     return out
+
+
+# The write rules: how a replayed body lays out messages, tools, tool_choice, a format and its length.
+
+
+def spell(spelled: Sequence[tuple[str, str]]) -> dict:
+    return {"messages": chat_view(spelled)}
+
+
+def tool_definition(name: str, description: str, schema: dict) -> dict:
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
+
+
+def tool_name(tool: dict) -> str | None:
+    function = tool.get("function")
+    return function.get("name") if isinstance(function, dict) else None
+
+
+def sent_tool_choice(recorded: str, first_tool: str) -> object:
+    """The trace's tool_choice as sent: the modes by name, a forced call as the first tool's."""
+    return {"type": "function", "function": {"name": first_tool}} if recorded == "function" else recorded
+
+
+def format_object(kind: str, description: str) -> dict | None:
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        schema = {"type": "object", "description": description, "properties": {"answer": {"type": "string"}}}
+        return {"type": "json_schema", "json_schema": {"name": "replay_schema", "schema": schema}}
+    return None
+
+
+def under_grammar(body: dict) -> bool:
+    """The answer is constrained by a grammar: a response_format, or a tool call that must be made."""
+    return "response_format" in body or body.get("tool_choice") not in (None, "auto", "none")
+
+
+BODY = ApiBody(
+    "chat_completions",
+    builder="chat",
+    prompt_field="messages",
+    spell=spell,
+    chat=chat_view,
+    under_grammar=under_grammar,
+    tool=tool_definition,
+    tool_name=tool_name,
+    tool_choice=sent_tool_choice,
+    formats=format_object,
+    format_fields=lambda fmt: {"response_format": fmt},
+    sampling=SAMPLING_COLUMNS,
+    asks_usage=True,
+)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from llmreplay.wire import chat_api, messages_api, responses_api
+from llmreplay.wire import chat_api, completions_api, embeddings_api, messages_api, responses_api
 from llmreplay.wire.answer import Answer
 from llmreplay.wire.api_body import ApiBody
 from llmreplay.wire.endpoints import DIALECT_OF
@@ -45,9 +45,10 @@ _READERS = ("request_messages", "request_tools", "request_tool_choice", "request
 _READERS += ("max_output_tokens", "server_state", "event_channel", "response_id", "answer")
 
 
-def _row(name: str, module, typed_events: bool, **overrides) -> Dialect:
-    """A dialect whose readers are its module's functions of the same names."""
-    readers = {reader: getattr(module, reader) for reader in _READERS} | overrides
+def _row(name: str, module, typed_events: bool, shares=None) -> Dialect:
+    """A dialect whose readers are its module's functions of the same names (a reader the module
+    lacks: the `shares` module's), and whose write rules are its module's BODY."""
+    readers = {reader: getattr(module, reader, None) or getattr(shares, reader) for reader in _READERS}
     typed = {
         "event_facts": getattr(module, "event_facts", None),
         "owns_event": getattr(module, "owns_event", None),
@@ -60,19 +61,17 @@ def _row(name: str, module, typed_events: bool, **overrides) -> Dialect:
     return Dialect(name, **readers, end_events=ends, typed_events=typed_events, **typed, body=body)
 
 
-CHAT = _row("chat", chat_api, typed_events=False)
 DIALECTS = {
-    "chat": CHAT,
-    "completions": _row("completions", chat_api, False, request_messages=chat_api.prompt_messages),
-    "embeddings": CHAT,  # an embedding answer generates nothing: chat's reading finds nothing in it
+    "chat": _row("chat", chat_api, typed_events=False),
+    "completions": _row("completions", completions_api, False, shares=chat_api),
+    "embeddings": _row("embeddings", embeddings_api, False, shares=chat_api),  # generates nothing
     "responses": _row("responses", responses_api, typed_events=True),
     "messages": _row("messages", messages_api, typed_events=True),
 }
 
 
 def api_body(endpoint: str) -> ApiBody | None:
-    """The write rules of a trace endpoint's dialect (None: an endpoint without a row, or a dialect
-    whose bodies the replayer builds itself)."""
+    """The write rules of a trace endpoint's dialect (None: an endpoint without a row)."""
     dialect = DIALECT_OF.get(endpoint)
     return DIALECTS[dialect].body if dialect is not None else None
 

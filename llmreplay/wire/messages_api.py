@@ -313,7 +313,9 @@ def chat_messages(spelled: Sequence[tuple[str, str]]) -> list[dict]:
 
 BODY = ApiBody(
     "messages",
+    builder="spelled",
     limit_field="max_tokens",
+    limit_required=True,  # Messages refuses a body without max_tokens
     prompt_field="messages",
     system_field="system",
     spell=spell,

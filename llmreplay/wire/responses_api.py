@@ -324,6 +324,7 @@ def under_grammar(body: dict) -> bool:
 
 BODY = ApiBody(
     "responses",
+    builder="spelled",
     limit_field="max_output_tokens",
     prompt_field="input",
     system_field="instructions",

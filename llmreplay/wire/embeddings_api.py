@@ -1,0 +1,16 @@
+"""Embeddings (/v1/embeddings): an `input` and nothing generated; its answer reads as chat's (it finds
+nothing in it). Pure, light imports."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from llmreplay.wire.api_body import ApiBody
+from llmreplay.wire.chat_api import chat_view
+
+
+def spell(spelled: Sequence[tuple[str, str]]) -> dict:
+    return {"input": "".join(text for _, text in spelled)}
+
+
+BODY = ApiBody("embeddings", builder="embedding", prompt_field="input", spell=spell, chat=chat_view)
