@@ -114,7 +114,8 @@ class PromptRewriter:
             state.digest + role.encode() + b"\0" + flat.encode(), digest_size=16
         ).digest()
         canonical = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
-        rule = item_text.__qualname__.encode()  # the same JSON counts differently in another dialect
+        # the same JSON counts differently in another dialect
+        rule = f"{item_text.__module__}.{item_text.__qualname__}".encode()
         cache_key = hashlib.blake2b(state.digest + rule + canonical, digest_size=16).digest()
         entry = self._cache.get(cache_key)
         if entry is None:

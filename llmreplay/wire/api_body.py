@@ -23,7 +23,7 @@ class ApiBody:
 
     endpoint: str
     builder: str  # of BUILDERS
-    prompt_field: str  # where the conversation goes (its content column holds this field's value)
+    prompt_field: str  # where the conversation goes (its prompt_column holds this field's value)
     spell: Callable[[Sequence[tuple[str, str]]], dict]  # (role, text) -> prompt (and system) fields
     chat: Callable[[Sequence[tuple[str, str]]], list[dict]]  # spelled -> the chat messages it templates as
     under_grammar: Callable[[dict], bool] = _free  # the body's answer is grammar-constrained
@@ -37,6 +37,8 @@ class ApiBody:
     format_fields: Callable[[dict], dict] | None = None  # the API's own format object -> the fields holding it
     sampling: tuple[str, ...] = ()  # the trace's SAMPLING_COLUMNS the API has
     asks_usage: bool = False  # a stream reports its usage only when asked (stream_options.include_usage)
+    prompt_column: str = "content_messages"  # the trace's content column for it (or content_prompt)
+    prompt_as_sent: bool = False  # a prompt field that is no array is recorded as sent, not as []
 
 
 def forced_choice(choice: object, free: tuple) -> bool:

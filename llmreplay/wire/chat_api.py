@@ -12,7 +12,7 @@ from llmreplay.wire.api_body import ApiBody
 from llmreplay.wire.channels import REASONING, TEXT_CHANNELS
 from llmreplay.wire.channels import event_channel as chunk_channel
 from llmreplay.wire.json_array import array_items
-from llmreplay.wire.message_text import PromptMessage, content_text, message_text
+from llmreplay.wire.message_text import PromptMessage, call_text, content_text, message_text
 from llmreplay.wire.usage import parse_usage
 
 _REASONING_KEYS = tuple(key for key, channel in TEXT_CHANNELS.items() if channel == REASONING)
@@ -39,6 +39,23 @@ def request_tool_choice(body: dict) -> str | None:
     if isinstance(choice, dict):
         return "function"
     return choice if choice in TOOL_CHOICE_MODES else None
+
+
+def request_format(body: dict) -> object:
+    """The API's own output-format object, as sent (content_response_format holds it)."""
+    return body.get("response_format")
+
+
+def item_text(message) -> tuple[str, str]:
+    """One message's (role, counted text), as the anonymizer rewrites it."""
+    return message_text(message)
+
+
+def echoed_answers(response) -> tuple[tuple[PromptMessage, ...], ...]:
+    """The forms a ResponseShape comes back in the next request: one assistant message, its text
+    then its calls."""
+    text = response.text + "".join(call_text(call) for call in response.tool_calls)
+    return ((PromptMessage("assistant", text),),)
 
 
 def request_structured(body: dict) -> tuple[str, dict | None]:
@@ -121,7 +138,7 @@ def sent_tool_choice(recorded: str, first_tool: str) -> object:
     return {"type": "function", "function": {"name": first_tool}} if recorded == "function" else recorded
 
 
-def format_object(kind: str, description: str) -> dict | None:
+def sent_format(kind: str, description: str) -> dict | None:
     if kind == "json_object":
         return {"type": "json_object"}
     if kind == "json_schema":
@@ -145,7 +162,7 @@ BODY = ApiBody(
     tool=tool_definition,
     tool_name=tool_name,
     tool_choice=sent_tool_choice,
-    formats=format_object,
+    formats=sent_format,
     format_fields=lambda fmt: {"response_format": fmt},
     sampling=SAMPLING_COLUMNS,
     asks_usage=True,

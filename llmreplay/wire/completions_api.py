@@ -28,6 +28,7 @@ BODY = replace(
     endpoint="completions",
     builder="prompt",
     prompt_field="prompt",
+    prompt_column="content_prompt",
     spell=spell,
     tool=None,
     tool_name=None,

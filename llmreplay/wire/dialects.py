@@ -24,11 +24,14 @@ class Dialect:
     request_tools: Callable[[dict], tuple[dict, ...]]  # chat-like {name, description, parameters}
     request_tool_choice: Callable[[dict], str | None]  # trace_format.TOOL_CHOICES
     request_structured: Callable[[dict], tuple[str, dict | None]]  # (STRUCTURED_OUTPUT_KINDS, schema)
+    request_format: Callable[[dict], object]  # the API's own output-format object, as sent
     max_output_tokens: Callable[[dict], int | None]
     server_state: Callable[[dict], tuple[str | None, str | None]]  # (SERVER_STATES value, its id)
     event_channel: Callable[[str | None, dict], str | None]  # ANSWER | REASONING | None
     response_id: Callable[[dict], str | None]
     answer: Callable[[dict], Answer]  # a whole 200 body
+    item_text: Callable[[object], tuple[str, str]]  # one prompt item's (role, counted text)
+    echoed_answers: Callable[[object], tuple[tuple[PromptMessage, ...], ...]]  # a ResponseShape's echoes
     end_events: tuple[str, ...]  # stream event types after which nothing more is generated
     typed_events: bool  # stream events carry `type` (and an `event:` line) instead of chat chunks
     event_facts: Callable[[str, dict], EventFacts] | None = None  # typed streams: all but the tokens
@@ -41,14 +44,15 @@ class Dialect:
     body: ApiBody | None = None  # the write rules (a module's BODY): how a replayed body lays it out
 
 
-_READERS = ("request_messages", "request_tools", "request_tool_choice", "request_structured")
+_READERS = ("request_messages", "request_tools", "request_tool_choice", "request_structured", "request_format")
 _READERS += ("max_output_tokens", "server_state", "event_channel", "response_id", "answer")
+_RULES = (*_READERS, "item_text", "echoed_answers")  # the readers of a body, then of an item and an answer
 
 
 def _row(name: str, module, typed_events: bool, shares=None) -> Dialect:
     """A dialect whose readers are its module's functions of the same names (a reader the module
     lacks: the `shares` module's), and whose write rules are its module's BODY."""
-    readers = {reader: getattr(module, reader, None) or getattr(shares, reader) for reader in _READERS}
+    readers = {reader: getattr(module, reader, None) or getattr(shares, reader) for reader in _RULES}
     typed = {
         "event_facts": getattr(module, "event_facts", None),
         "owns_event": getattr(module, "owns_event", None),

@@ -13,4 +13,11 @@ def spell(spelled: Sequence[tuple[str, str]]) -> dict:
     return {"input": "".join(text for _, text in spelled)}
 
 
-BODY = ApiBody("embeddings", builder="embedding", prompt_field="input", spell=spell, chat=chat_view)
+BODY = ApiBody(
+    "embeddings",
+    builder="embedding",
+    prompt_field="input",
+    prompt_column="content_prompt",
+    spell=spell,
+    chat=chat_view,
+)

@@ -120,6 +120,42 @@ def request_tool_choice(body: dict) -> str | None:
     return _RECORDED_CHOICE.get(_str(kind))
 
 
+def request_format(body: dict) -> object:
+    """`output_format` (or `output_config.format`), as sent (content_response_format holds it)."""
+    config = body.get("output_config")
+    return body.get("output_format", config.get("format") if isinstance(config, dict) else None)
+
+
+def item_text(message) -> tuple[str, str]:
+    """One message's (role, counted text: its blocks'), as the anonymizer rewrites it."""
+    if not isinstance(message, dict):
+        return "unknown", ""
+    role = message.get("role") if isinstance(message.get("role"), str) else "unknown"
+    return role, blocks_text(message.get("content"))
+
+
+def echoed_answers(response) -> tuple[tuple[PromptMessage, ...], ...]:
+    """The forms a ResponseShape comes back in the next request: one assistant message of
+    [thinking], text and tool_use blocks, with or without the thinking, where clients differ."""
+    uses = tuple(_tool_use_text(call) for call in response.tool_calls)
+    plain = "\n".join(text for text in (response.text, *uses) if text)
+    forms = [(PromptMessage("assistant", plain),)]
+    if response.reasoning_text:
+        thought = "\n".join(text for text in (response.reasoning_text, response.text, *uses) if text)
+        forms.append((PromptMessage("assistant", thought),))
+    return tuple(forms)
+
+
+def _tool_use_text(call: dict) -> str:
+    """A tool_use block as the next request counts it: the name, then its input as compact JSON."""
+    function = call.get("function") or {}
+    try:
+        arguments = orjson.loads(function.get("arguments") or "null")
+    except orjson.JSONDecodeError:
+        arguments = None
+    return f"{function.get('name') or ''}{tool_input_json(arguments)}"
+
+
 def request_structured(body: dict) -> tuple[str, dict | None]:
     """(none | json_schema, the schema) from `output_format` or `output_config.format`."""
     fmt = body.get("output_format")
@@ -288,7 +324,7 @@ def sent_tool_choice(recorded: str, first_tool: str) -> dict:
     return {**choice, "name": first_tool} if recorded == "function" else choice
 
 
-def format_object(kind: str, description: str) -> dict | None:
+def sent_format(kind: str, description: str) -> dict | None:
     """Messages has JSON-schema output only: a json_object request is sent as an open object schema."""
     if kind in ("json_object", "json_schema"):
         schema = (
@@ -322,7 +358,7 @@ BODY = ApiBody(
     tool=tool_definition,
     tool_name=lambda tool: tool.get("name"),
     tool_choice=sent_tool_choice,
-    formats=format_object,
+    formats=sent_format,
     format_fields=lambda fmt: {"output_config": {"format": fmt}},
     under_grammar=under_grammar,
     chat=chat_messages,

@@ -13,6 +13,7 @@ from llmreplay.wire.channels import ANSWER, REASONING, TEXT_CHANNELS, choice_del
 from llmreplay.wire.dialects import dialect_for, typed_dialect
 from llmreplay.wire.error_object import error_object_kind
 from llmreplay.wire.json_array import array_items
+from llmreplay.wire.message_text import call_text
 from llmreplay.wire.usage import Usage, merge_usage, parse_usage
 
 _ANSWER_TEXT_KEYS = tuple(key for key, channel in TEXT_CHANNELS.items() if channel == ANSWER)
@@ -203,9 +204,3 @@ def counted_texts(response: ResponseShape) -> tuple[str, ...]:
     """The texts whose tokens are a response's completion tokens, each counted on its own: the
     reasoning, the answer, and each tool call's name and arguments (as message_text counts a call)."""
     return (response.reasoning_text, response.text, *(call_text(call) for call in response.tool_calls))
-
-
-def call_text(call: dict) -> str:
-    """A tool call's counted text: function name then arguments (a Responses item holds them itself)."""
-    function = call.get("function") if isinstance(call.get("function"), dict) else call
-    return f"{function.get('name') or ''}{function.get('arguments') or ''}"

@@ -18,7 +18,7 @@ from llmreplay.wire.channels import (
 from llmreplay.wire.chat_api import chat_view
 from llmreplay.wire.error_object import error_text
 from llmreplay.wire.json_array import array_items
-from llmreplay.wire.message_text import PromptMessage, content_text, text_parts
+from llmreplay.wire.message_text import PromptMessage, call_text, content_text, text_parts
 from llmreplay.wire.stream_event import NO_FACTS, EventFacts, event_type
 from llmreplay.wire.usage import parse_usage
 
@@ -130,6 +130,29 @@ def request_tool_choice(body: dict) -> str | None:
         mode = choice.get("mode")
         return mode if mode in ("auto", "required") else None
     return "function"
+
+
+def request_format(body: dict) -> object:
+    """`text.format`, as sent (content_response_format holds it)."""
+    text = body.get("text")
+    return text.get("format") if isinstance(text, dict) else None
+
+
+def item_text(item) -> tuple[str, str]:
+    """One `input` item's (role, counted text), as the anonymizer rewrites it; ("unknown", "") for
+    what is no message."""
+    found = item_message(item)
+    return ("unknown", "") if found is None else (found.role, found.text)
+
+
+def echoed_answers(response) -> tuple[tuple[PromptMessage, ...], ...]:
+    """The forms a ResponseShape comes back in the next request: output items (reasoning, the
+    message, each function_call), with or without the reasoning, where clients differ."""
+    items = (response.text, *(call_text(call) for call in response.tool_calls))
+    forms = [tuple(PromptMessage("assistant", text) for text in items if text)]
+    if response.reasoning_text:
+        forms.append((PromptMessage("assistant", response.reasoning_text), *forms[0]))
+    return tuple(forms)
 
 
 def request_structured(body: dict) -> tuple[str, dict | None]:
@@ -309,7 +332,7 @@ def sent_tool_choice(recorded: str, first_tool: str) -> object:
     return {"type": "function", "name": first_tool} if recorded == "function" else recorded
 
 
-def format_object(kind: str, description: str) -> dict | None:
+def sent_format(kind: str, description: str) -> dict | None:
     if kind == "json_object":
         return {"type": "json_object"}
     if kind == "json_schema":
@@ -327,12 +350,13 @@ BODY = ApiBody(
     builder="spelled",
     limit_field="max_output_tokens",
     prompt_field="input",
+    prompt_as_sent=True,  # a string input is a prompt of its own
     system_field="instructions",
     spell=spell,
     tool=tool_definition,
     tool_name=lambda tool: tool.get("name"),
     tool_choice=sent_tool_choice,
-    formats=format_object,
+    formats=sent_format,
     format_fields=lambda fmt: {"text": {"format": fmt}},
     under_grammar=under_grammar,
     chat=chat_view,

@@ -53,6 +53,7 @@ READ_CHECKS = {
     ),
     "request_tools": lambda found: isinstance(found, tuple) and all(isinstance(t, dict) for t in found),
     "request_tool_choice": lambda found: found is None or found in TOOL_CHOICES,
+    "request_format": lambda found: True,  # the API's own object as sent: any JSON value
     "request_structured": lambda found: (
         found[0] in STRUCTURED_OUTPUT_KINDS and isinstance(found[1], dict | None)
     ),
@@ -80,6 +81,8 @@ def test_every_reader_answers_any_json_body_in_its_own_shape(name, body):
     dialect = DIALECTS[name]
     for reader, check in READ_CHECKS.items():
         assert check(_read(reader, dialect, body)), reader
+    role, text = dialect.item_text(body)  # the body as one prompt item
+    assert isinstance(role, str) and isinstance(text, str)
     if dialect.event_facts is not None:
         for kind in ("response.created", "response.completed", "response.output_item.added", "error"):
             assert isinstance(dialect.event_facts(kind, body), EventFacts)

@@ -42,6 +42,8 @@ def _fold(kind, data, texts, thoughts, calls):
 REQUEST_READERS = [name for name in _READERS if name.startswith("request_")] + [
     "max_output_tokens",
     "server_state",
+    "item_text",
+    "echoed_answers",
 ]
 TOY = SimpleNamespace(
     **{name: getattr(chat_api, name) for name in REQUEST_READERS},  # its requests read as chat's
