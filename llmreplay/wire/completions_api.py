@@ -1,5 +1,5 @@
 """Text completions (/v1/completions): a `prompt` instead of messages; every other reader and write
-rule is chat's (its DIALECTS row shares chat_api's). Pure, light imports."""
+rule is chat's (READS_AS). Pure, light imports."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from dataclasses import replace
 
 from llmreplay.wire import chat_api
 from llmreplay.wire.message_text import PromptMessage
+
+READS_AS = chat_api  # every reader this module lacks is chat's
 
 
 def request_messages(body: dict) -> tuple[PromptMessage, ...]:

@@ -1,6 +1,6 @@
-"""The dialect table: how each API's requests, stream events and answers are read, and how a replayed
-body is laid out (its module's BODY). An endpoint row (endpoints.py) names its dialect; adding an API is
-adding a module and a row here (docs/extending.md, "An API dialect"). Pure, light imports.
+"""The dialects: how each API's requests, stream events and answers are read, and how a replayed body
+is laid out (its module's BODY), built from the ENDPOINTS rows (endpoints.py): adding an API is adding a
+module and a row there (docs/extending.md, "An API"). Pure, light imports.
 """
 
 from __future__ import annotations
@@ -8,10 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from llmreplay.wire import chat_api, completions_api, embeddings_api, messages_api, responses_api
 from llmreplay.wire.answer import Answer
 from llmreplay.wire.api_body import ApiBody
-from llmreplay.wire.endpoints import DIALECT_OF
+from llmreplay.wire.endpoints import DIALECT_OF, ENDPOINTS
 from llmreplay.wire.message_text import PromptMessage
 from llmreplay.wire.stream_event import EventFacts
 from llmreplay.wire.usage import Usage, parse_usage
@@ -49,10 +48,13 @@ _READERS += ("max_output_tokens", "server_state", "event_channel", "response_id"
 _RULES = (*_READERS, "item_text", "echoed_answers")  # the readers of a body, then of an item and an answer
 
 
-def _row(name: str, module, typed_events: bool, shares=None) -> Dialect:
+def _row(name: str, module) -> Dialect:
     """A dialect whose readers are its module's functions of the same names (a reader the module
-    lacks: the `shares` module's), and whose write rules are its module's BODY."""
+    lacks: its READS_AS module's), and whose write rules are its module's BODY. Its stream is typed
+    when the module says which events are its own (owns_event)."""
+    shares = getattr(module, "READS_AS", None)
     readers = {reader: getattr(module, reader, None) or getattr(shares, reader) for reader in _RULES}
+    typed_events = getattr(module, "owns_event", None) is not None
     typed = {
         "event_facts": getattr(module, "event_facts", None),
         "owns_event": getattr(module, "owns_event", None),
@@ -65,13 +67,7 @@ def _row(name: str, module, typed_events: bool, shares=None) -> Dialect:
     return Dialect(name, **readers, end_events=ends, typed_events=typed_events, **typed, body=body)
 
 
-DIALECTS = {
-    "chat": _row("chat", chat_api, typed_events=False),
-    "completions": _row("completions", completions_api, False, shares=chat_api),
-    "embeddings": _row("embeddings", embeddings_api, False, shares=chat_api),  # generates nothing
-    "responses": _row("responses", responses_api, typed_events=True),
-    "messages": _row("messages", messages_api, typed_events=True),
-}
+DIALECTS = {endpoint.dialect: _row(endpoint.dialect, endpoint.api) for endpoint in ENDPOINTS}
 
 
 def api_body(endpoint: str) -> ApiBody | None:

@@ -1,29 +1,34 @@
-"""The endpoint table: the trace's endpoint names, their URL paths, and what each one answers with.
+"""The API table: one row per API, naming the trace's endpoint value, its URL path and the module that
+holds its read and write rules (its dialect, llmreplay.wire.dialects, is built from the row).
 
-Adding an endpoint is adding a row; the recorder names a path by it, the replayer sends to it.
+Adding an API is adding its module and a row; the recorder names a path by it, the replayer sends to it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
+
+from llmreplay.wire import chat_api, completions_api, embeddings_api, messages_api, responses_api
 
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    name: str  # the trace's `endpoint` value
+    name: str  # the trace's `endpoint` value (of trace_format.ENDPOINTS)
     path: str  # on an OpenAI-compatible server
-    replayable: bool  # the replayer can build its request from a trace row
-    generates: bool  # the answer carries generated tokens (an embedding does not)
     dialect: str  # its row in llmreplay.wire.dialects.DIALECTS: request, stream and usage grammar
+    api: ModuleType  # its readers, stream rules and BODY (the write rules): the dialect's row
+    replayable: bool = True  # the replayer can build its request from a trace row
+    generates: bool = True  # the answer carries generated tokens (an embedding does not)
 
 
 # Longest suffix first: a recorded path is named by the first row whose path ends it.
 ENDPOINTS = (
-    Endpoint("chat_completions", "/v1/chat/completions", replayable=True, generates=True, dialect="chat"),
-    Endpoint("completions", "/v1/completions", replayable=True, generates=True, dialect="completions"),
-    Endpoint("embeddings", "/v1/embeddings", replayable=True, generates=False, dialect="embeddings"),
-    Endpoint("responses", "/v1/responses", replayable=True, generates=True, dialect="responses"),
-    Endpoint("messages", "/v1/messages", replayable=True, generates=True, dialect="messages"),  # Anthropic
+    Endpoint("chat_completions", "/v1/chat/completions", "chat", chat_api),
+    Endpoint("completions", "/v1/completions", "completions", completions_api),
+    Endpoint("embeddings", "/v1/embeddings", "embeddings", embeddings_api, generates=False),
+    Endpoint("responses", "/v1/responses", "responses", responses_api),
+    Endpoint("messages", "/v1/messages", "messages", messages_api),  # Anthropic
 )
 ENDPOINT_NAMES = tuple(endpoint.name for endpoint in ENDPOINTS)
 DEFAULT_ENDPOINT = "chat_completions"  # a path matching no row: gateways put chat behind odd paths
