@@ -30,7 +30,6 @@ ENDPOINTS = (
     Endpoint("responses", "/v1/responses", "responses", responses_api),
     Endpoint("messages", "/v1/messages", "messages", messages_api),  # Anthropic
 )
-ENDPOINT_NAMES = tuple(endpoint.name for endpoint in ENDPOINTS)
 DEFAULT_ENDPOINT = "chat_completions"  # a path matching no row: gateways put chat behind odd paths
 DIALECT_OF = {endpoint.name: endpoint.dialect for endpoint in ENDPOINTS}
 REPLAY_PATHS = {endpoint.name: endpoint.path for endpoint in ENDPOINTS if endpoint.replayable}
