@@ -1,39 +1,17 @@
-"""What each API's prompt items are counted over, by trace endpoint: the dialects' own rules
-(llmreplay.openai_wire), so the anonymizer keeps exactly the lengths the recorder measured."""
+"""What each API's prompt items are counted over, by trace endpoint: its dialect's own rule
+(llmreplay.wire), so the anonymizer keeps exactly the lengths the recorder measured."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from llmreplay.openai_wire.message_text import message_text
-from llmreplay.openai_wire.messages_api import blocks_text
-from llmreplay.openai_wire.responses_api import item_message
-
-
-def _responses_item(item: Any) -> tuple[str, str]:
-    found = item_message(item)
-    return ("unknown", "") if found is None else (found.role, found.text)
-
-
-def _anthropic_message(message: Any) -> tuple[str, str]:
-    if not isinstance(message, dict):
-        return "unknown", ""
-    role = message.get("role") if isinstance(message.get("role"), str) else "unknown"
-    return role, blocks_text(message.get("content"))
-
-
-# endpoint -> (role, counted text) of one item of its content_messages array
-ITEM_TEXT: dict[str, Callable[[Any], tuple[str, str]]] = {
-    "chat_completions": message_text,
-    "responses": _responses_item,
-    "messages": _anthropic_message,
-}
+from llmreplay.wire.dialects import dialect_for
 
 
 def item_text(endpoint: str | None) -> Callable[[Any], tuple[str, str]]:
     """The counting rule of `endpoint`'s items; chat's for any other (the recorder's default)."""
-    return ITEM_TEXT.get(endpoint or "", message_text)
+    return dialect_for(endpoint or "").item_text
 
 
 def system_message(system: Any) -> dict:

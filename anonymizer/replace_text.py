@@ -1,6 +1,6 @@
 """Keyed, prefix-preserving replacement of chat messages, completions prompts and responses: a chunk's
 words (chunks end every GRANULARITY_TOKENS, a divisor of the block size, and at message ends) are a
-keyed function of every original token and role before its end; counts as openai_wire.message_text."""
+keyed function of every original token and role before its end; counts as wire.message_text."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from anonymizer.config import DEFAULT_CACHE_BYTES
 from anonymizer.fakes import Fakes
 from anonymizer.media import png_data_url, silent_wav_base64
 from anonymizer.tools_schema import JsonTemplate, Slot, fit_value, json_text_template
-from llmreplay.openai_wire.channels import REASONING, text_keys
-from llmreplay.openai_wire.message_text import message_text
+from llmreplay.wire.channels import REASONING, text_keys
+from llmreplay.wire.message_text import message_text
 
 GRANULARITY_TOKENS = 16  # at most 32: one 64-byte digest draws a whole chunk
 _UNPACK_INDICES = struct.Struct("<32H").unpack
@@ -114,7 +114,8 @@ class PromptRewriter:
             state.digest + role.encode() + b"\0" + flat.encode(), digest_size=16
         ).digest()
         canonical = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
-        rule = item_text.__qualname__.encode()  # the same JSON counts differently in another dialect
+        # the same JSON counts differently in another dialect
+        rule = f"{item_text.__module__}.{item_text.__qualname__}".encode()
         cache_key = hashlib.blake2b(state.digest + rule + canonical, digest_size=16).digest()
         entry = self._cache.get(cache_key)
         if entry is None:

@@ -21,11 +21,11 @@ from anonymizer.nonce import nonce_scope
 from anonymizer.pipeline import ID_COLUMNS
 from anonymizer.tools_schema import SCHEMA_KEEP, SCHEMA_KEYWORDS, SCHEMA_LIST, SCHEMA_MAP, SCHEMA_ONE
 from llmreplay.exact_text import ExactText
-from llmreplay.openai_wire.message_text import content_text
 from llmreplay.prefix_hash import prefix_block_hashes
 from llmreplay.tokenizers import load_tokenizer
 from llmreplay.trace_format import CONTENT_COLUMN_NAMES, SHAPE_COLUMN_NAMES
 from llmreplay.trace_io import iter_trace_batches, read_meta
+from llmreplay.wire.message_text import content_text
 
 SPAN_TOKENS = 5
 # A span is a leak when it holds this many tokens with a letter or digit: JSON punctuation around

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmreplay.error_kinds import ERROR_KINDS
-from llmreplay.openai_wire.endpoints import ENDPOINT_NAMES
 
 # Version rule: MAJOR.MINOR. A minor version only adds nullable columns (`since` on the column) and
 # vocabulary values. A reader reads every file of a major it knows: a column the file lacks that a
@@ -29,7 +28,9 @@ DEFAULT_BLOCK_SIZE = MOONCAKE_BLOCK_SIZE  # a file that names no block size; pub
 # to within one engine block (a multiple of it still exports as Mooncake's 512).
 RECORDED_BLOCK_SIZE = 16
 
-ENDPOINTS = ENDPOINT_NAMES  # the endpoint table's rows: adding an endpoint adds the value
+# The APIs a row may come from (llmreplay.wire.endpoints.ENDPOINTS has a row for each): a new API adds its
+# value here, in VALUES_SINCE, and a minor version (docs/extending.md, "An API")
+ENDPOINTS = ("chat_completions", "completions", "embeddings", "responses", "messages")
 TOKEN_SOURCES = ("server_usage", "tokenizer", "imported")
 STRUCTURED_OUTPUT_KINDS = ("none", "json_object", "json_schema")
 TOOL_CHOICES = ("auto", "none", "required", "function")  # "function": a named function was forced
@@ -124,7 +125,7 @@ class TraceRecord:
     finish_reason: str | None = column(STRING, None)
     # columns whose value was out of range as received: written as null and named here
     invalid_fields: tuple[str, ...] | None = column(list_of(STRING), None, since="1.1")
-    # streamed answers (llmreplay.openai_wire.stream_timing): the first answer token, and the reasoning before it
+    # streamed answers (llmreplay.wire.stream_timing): the first answer token, and the reasoning before it
     ttfo_ns: int | None = column(INT64, None, since="1.2", bounds=DURATION_NS)
     reasoning_tokens: int | None = column(INT32, None, since="1.2", bounds=COUNT)
     reasoning_ns: int | None = column(INT64, None, since="1.2", bounds=DURATION_NS)

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from mitmproxy import ctx, exceptions, http
 
 from llmreplay.errors import BadInput
-from llmreplay.openai_wire.endpoints import endpoint_for_path
 from llmreplay.options import declared
+from llmreplay.wire.endpoints import endpoint_for_path
 from recorder.capture import Capture
 from recorder.config import RecorderConfig, option_names
 from recorder.converter_spec import ConverterSpec

@@ -14,24 +14,24 @@ from dataclasses import dataclass
 import orjson
 
 from llmreplay.error_kinds import error_kind_for_status
-from llmreplay.openai_wire.response import (
-    ResponseShape,
-    counted_texts,
-    summarize_json,
-    summarize_stream,
-)
-from llmreplay.openai_wire.stream_end import missing_end
-from llmreplay.openai_wire.stream_timing import StreamTiming, stream_timing
 from llmreplay.prefix_hash import prefix_block_hashes
 from llmreplay.sse import SSESplitter
 from llmreplay.tokenizers import Tokenizer
 from llmreplay.trace_format import MessageShape, TraceRecord
 from llmreplay.trace_values import fits
-from recorder.answer_echo import Echo, echoed_answers
+from llmreplay.wire.dialects import dialect_for
+from llmreplay.wire.response import (
+    ResponseShape,
+    counted_texts,
+    summarize_json,
+    summarize_stream,
+)
+from llmreplay.wire.stream_end import missing_end
+from llmreplay.wire.stream_timing import StreamTiming, stream_timing
 from recorder.capture import Capture
 from recorder.decoding import MAX_DECODED_BYTES, DecodeLimit, decode_body, make_decoder
 from recorder.keys import keyed_hash
-from recorder.request_shape import RequestShape, parse_request
+from recorder.request_shape import ChatMessage, RequestShape, parse_request
 from recorder.sessions import SessionLink, SessionTracker
 
 LINK_NEW = object()  # build(): link the capture into its session (the default)
@@ -69,7 +69,7 @@ class RecordBuilder:
         error_kind = classify_error(cap, request, response)
         tokens = self._count_tokens(request, response, problems)
         answered = error_kind is None and response is not None
-        answers = echoed_answers(cap.endpoint, response) if answered else ()
+        answers = dialect_for(cap.endpoint).echoed_answers(response) if answered else ()
         if link is LINK_NEW:
             link = self._link_session(cap, request, answers)
         if answered and response.response_id:
@@ -152,7 +152,7 @@ class RecordBuilder:
         return _Tokens(prompt, completion, source, tools, schema, messages, prompt_ids)
 
     def _link_session(
-        self, cap: Capture, request: RequestShape, answers: tuple[Echo, ...]
+        self, cap: Capture, request: RequestShape, answers: tuple[tuple[ChatMessage, ...], ...]
     ) -> SessionLink | None:
         end_ns = cap.last_byte_ns or cap.arrival_ns
         explicit = cap.session_value or (request.user if self.settings.session_from_user else None)

@@ -9,14 +9,10 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from llmreplay.openai_wire.dialects import dialect_for
-from llmreplay.openai_wire.message_text import PromptMessage as ChatMessage  # role and counted text
+from llmreplay.wire.dialects import dialect_for
+from llmreplay.wire.message_text import PromptMessage as ChatMessage  # role and counted text
 
 __all__ = ["ChatMessage", "RequestShape", "parse_request"]
-# Where each API keeps the prompt items, the system prompt and the output format (content columns
-# hold them as sent); the dialects (llmreplay.openai_wire) read their meaning.
-_ITEMS = {"chat_completions": "messages", "responses": "input", "messages": "messages"}
-_SYSTEM = {"responses": "instructions", "messages": "system"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +31,8 @@ class RequestShape:
 
 
 def parse_request(endpoint: str, body: bytes, with_content: bool = True) -> RequestShape:
-    """The request's shape; the content_* JSON texts only `with_content` (re-serializing costs CPU)."""
+    """The request's shape; the content_* JSON texts only `with_content` (re-serializing costs CPU).
+    Where the API keeps the prompt and system prompt is its dialect's layout (ApiBody), kept as sent."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -43,6 +40,7 @@ def parse_request(endpoint: str, body: bytes, with_content: bool = True) -> Requ
     if not isinstance(data, dict):
         raise ValueError(f"request body is a JSON {type(data).__name__}, not an object")
     dialect = dialect_for(endpoint)
+    layout = dialect.body
     tools = data.get("tools") if isinstance(data.get("tools"), list) else None
     structured, schema = dialect.request_structured(data)
     state, state_ref = dialect.server_state(data)
@@ -69,37 +67,22 @@ def parse_request(endpoint: str, body: bytes, with_content: bool = True) -> Requ
         schema_json=_json(schema) if schema is not None else None,
         state_ref=state_ref,
     )
-    if endpoint in _ITEMS:
-        raw = data.get(_ITEMS[endpoint])
-        if endpoint != "responses" and not isinstance(raw, list):
-            raw = []  # chat and Anthropic messages are arrays; a Responses input is kept as sent
+    prompt = data.get(layout.prompt_field)
+    if layout.prompt_column == "content_messages":
+        if not layout.prompt_as_sent and not isinstance(prompt, list):
+            prompt = []
         shape.update(messages=tuple(ChatMessage(*m) for m in dialect.request_messages(data)))
-        sent = ("content_messages", raw)
     else:
-        prompt = data.get("prompt" if endpoint == "completions" else "input")
         ids = _token_ids(prompt)
         shape.update(prompt_text=None if ids is not None else _prompt_text(prompt), prompt_token_ids=ids)
-        sent = ("content_prompt", prompt)
     if with_content:
-        columns[sent[0]] = _json(sent[1])
+        columns[layout.prompt_column] = _json(prompt)
         columns["content_tools"] = _json(tools) if tools else None
-        fmt = _format_object(endpoint, data)
+        fmt = dialect.request_format(data)
         columns["content_response_format"] = _json(fmt) if fmt is not None else None
-        system = data.get(_SYSTEM[endpoint]) if endpoint in _SYSTEM else None
+        system = data.get(layout.system_field) if layout.system_field else None
         columns["content_system"] = _json(system) if system is not None else None
     return RequestShape(columns=columns, **shape)
-
-
-def _format_object(endpoint: str, data: dict):
-    """The API's own output-format object: response_format, Responses text.format, Anthropic
-    output_format (or output_config.format)."""
-    if endpoint == "responses":
-        text = data.get("text")
-        return text.get("format") if isinstance(text, dict) else None
-    if endpoint == "messages":
-        config = data.get("output_config")
-        return data.get("output_format", config.get("format") if isinstance(config, dict) else None)
-    return data.get("response_format")
 
 
 def _include_usage(data: dict) -> bool:

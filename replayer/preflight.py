@@ -23,14 +23,14 @@ from llmreplay import __version__
 from llmreplay.bounded_read import AnswerTooLarge, CrossOriginRedirect, error_body, fetch
 from llmreplay.engines import BY_NAME, Engine
 from llmreplay.errors import BadInput
-from llmreplay.openai_wire.endpoints import REPLAY_PATHS
-from llmreplay.openai_wire.error_object import error_text
-from llmreplay.openai_wire.response import ResponseShape, summarize_json, summarize_stream
 from llmreplay.probe_ids import PROBE_ID_PREFIX, probe_headers
 from llmreplay.redaction import scrubbed_excerpt, secret_values
+from llmreplay.wire.dialects import api_body
+from llmreplay.wire.endpoints import ENDPOINTS, REPLAY_PATHS
+from llmreplay.wire.error_object import error_text
+from llmreplay.wire.response import ResponseShape, summarize_json, summarize_stream
 from replayer.config import ReplayConfig
-from replayer.plan.api_bodies import API_BODIES
-from replayer.plan.request_builder import length_fields, sent_model, tool_choice_field, under_grammar
+from replayer.plan.request_builder import length_fields, sent_model, tool_choice_field
 from replayer.plan.responses_state import (
     EXPANDED,
     PREVIOUS_RESPONSE,
@@ -159,7 +159,7 @@ _FORMATS = {
 }
 UNSET = "unset"  # a tool request that recorded no tool_choice (the engine's default applies)
 CHAT_LIKE = ("chat_completions", "completions")
-GENERATING = (*CHAT_LIKE, *API_BODIES)  # the probes' endpoint is the commonest of these
+GENERATING = tuple(e.name for e in ENDPOINTS if e.generates)  # the probes' endpoint: the commonest
 
 
 def _by_value(column: pa.ChunkedArray, where: pa.Array) -> list[tuple[str, pa.Array]]:
@@ -439,16 +439,11 @@ def _request(
 ) -> tuple[str, dict]:
     """(endpoint, body) of one tiny request, its length forced as the replay's are."""
     endpoint = endpoint or needs.endpoint
-    api = API_BODIES.get(endpoint)
-    if api is not None:
-        prompt = api.spell([("user", text)])
-        if extra.get("stream"):
-            extra = {"stream": True}
-    elif endpoint == "chat_completions":
-        prompt = {"messages": [{"role": "user", "content": text}]}
-    else:
-        prompt = {"prompt": text}
-    grammar = api.under_grammar(extra) if api is not None else under_grammar(extra)
+    api = api_body(endpoint)
+    prompt = api.spell([("user", text)])
+    if extra.get("stream") and not api.asks_usage:
+        extra = {"stream": True}  # its stream carries its usage unasked
+    grammar = api.under_grammar(extra)
     forced = length_fields(engine.name, wanted, grammar=grammar, endpoint=endpoint)
     return endpoint, {"model": needs.model, **prompt, **extra, **forced}
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from faker import Faker
 
-from llmreplay.openai_wire.message_text import message_text
 from llmreplay.prefix_hash import prefix_block_hashes
 from llmreplay.tokenizers import load_tokenizer
 from llmreplay.trace_format import MessageShape, TraceMeta, TraceRecord
 from llmreplay.trace_io import write_trace
+from llmreplay.wire.message_text import message_text
 
 BLOCK_SIZE = 512
 SAMPLE_HASH_KEY = b"llmreplay-public-sample-key"  # public on purpose: this trace holds no secrets

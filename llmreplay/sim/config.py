@@ -13,10 +13,10 @@ from pathlib import Path
 
 from llmreplay import options
 from llmreplay.errors import BadInput
-from llmreplay.openai_wire.channels import REASONING, text_keys
 from llmreplay.options import fraction, non_negative, option, positive
 from llmreplay.tokenizers import DEFAULT_TOKENIZER
 from llmreplay.trace_format import DEFAULT_BLOCK_SIZE
+from llmreplay.wire.channels import REASONING, text_keys
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 OUTPUT_LEN_DISTS = ("fixed", "uniform", "lognormal")

@@ -1,12 +1,11 @@
 """Parse and validate an Anthropic Messages body (/v1/messages) at the edge, into the sim's CompletionRequest.
 
 Prompt texts: the tools' JSON, then `system` and every message's text-bearing blocks in order
-(llmreplay.openai_wire.messages_api.request_messages). `max_tokens` is required, as Anthropic's API has it.
+(llmreplay.wire.messages_api.request_messages). `max_tokens` is required, as Anthropic's API has it.
 """
 
 from __future__ import annotations
 
-from llmreplay.openai_wire.messages_api import request_messages
 from llmreplay.sim.openai_request import (
     CompletionRequest,
     InvalidRequest,
@@ -17,6 +16,7 @@ from llmreplay.sim.openai_request import (
     optional,
     positive_int,
 )
+from llmreplay.wire.messages_api import request_messages
 
 ROLES = ("user", "assistant")
 TOOL_CHOICE_TYPES = {"auto": "auto", "any": "required", "tool": "tool", "none": "none"}  # -> chat's mode

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from llmreplay.openai_wire.message_text import message_text
+from llmreplay.wire.message_text import message_text
 
 TOOL_CHOICE_MODES = ("none", "auto", "required")
 
@@ -124,7 +124,7 @@ def _messages(body: dict) -> list[dict]:
 
 
 def _message_text(index: int, message: dict) -> str:
-    """The text a message's tokens are counted over (llmreplay.openai_wire.message_text), after checking its types."""
+    """The text a message's tokens are counted over (llmreplay.wire.message_text), after checking its types."""
     content = message.get("content")
     if content is not None and not isinstance(content, str | list):
         raise InvalidRequest(f"messages[{index}].content must be a string or an array", param="messages")

@@ -1,12 +1,11 @@
 """Parse and validate a Responses API body (/v1/responses) at the edge, into the sim's CompletionRequest.
 
 Prompt texts: the tools' JSON, then `instructions` and every input item's text in order
-(llmreplay.openai_wire.responses_api.request_messages); a chained turn's history goes after the instructions.
+(llmreplay.wire.responses_api.request_messages); a chained turn's history goes after the instructions.
 """
 
 from __future__ import annotations
 
-from llmreplay.openai_wire.responses_api import request_messages
 from llmreplay.sim.openai_request import (
     TOOL_CHOICE_MODES,
     CompletionRequest,
@@ -18,6 +17,7 @@ from llmreplay.sim.openai_request import (
     optional,
     positive_int,
 )
+from llmreplay.wire.responses_api import request_messages
 
 # Request fields a Response object repeats (with their defaults when the request leaves them out).
 ECHOED = {"instructions": None, "max_output_tokens": None, "previous_response_id": None, "tools": [],

@@ -22,32 +22,24 @@ from aiohttp import web
 
 from llmreplay.engines import SIM_OWNED_BY
 from llmreplay.sim import tokenize_api
+from llmreplay.sim.apis import SIM_APIS
 from llmreplay.sim.config import SimConfig
 from llmreplay.sim.engine import Engine, EngineParams, Sequence
 from llmreplay.sim.faults import FAULT_HEADER, Fault, draw_fault, immediate_error, parse_fault_header
 from llmreplay.sim.ground_truth import REQUEST_COLUMNS, STEP_COLUMNS, ParquetSpool, steps_log_path
-from llmreplay.sim.messages_request import parse_messages
-from llmreplay.sim.messages_wire import MessagesEncoder, error_body
-from llmreplay.sim.openai_request import CompletionRequest, InvalidRequest, parse_body
+from llmreplay.sim.openai_request import CompletionRequest, InvalidRequest
 from llmreplay.sim.output_length import REASONING_HEADER, draw_reasoning_tokens, plan_output, reasoning_share
 from llmreplay.sim.prometheus import ServerCounters, render_metrics
 from llmreplay.sim.prompt_shape import OVERHEAD_TOKEN_ID, PromptShape, prompt_shape
 from llmreplay.sim.read_stamps import ARRIVAL_KEY, claim_arrival, drop_body_stamps
 from llmreplay.sim.request_id_log import request_id_logger
 from llmreplay.sim.response_store import ResponseStore
-from llmreplay.sim.responses_request import parse_responses
-from llmreplay.sim.responses_wire import ResponsesEncoder
-from llmreplay.sim.sinks import BodySink, Encoder, StreamSink
+from llmreplay.sim.sinks import BodySink, StreamSink
 from llmreplay.sim.stepper import EngineStepper, StepRecord
-from llmreplay.sim.wire import (
-    VOCABULARY,
-    ChatEncoder,
-    CompletionEncoder,
-    error_object,
-    tool_argument_fragments,
-    usage,
-)
+from llmreplay.sim.wire import VOCABULARY, tool_argument_fragments, usage
 from llmreplay.tokenizers import Tokenizer
+from llmreplay.wire.dialects import api_body
+from llmreplay.wire.endpoints import REPLAY_PATHS
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 LOG_FLUSH_INTERVAL_S = 0.25  # small conversions: see ground_truth.FLUSH_ROWS
@@ -55,13 +47,6 @@ LOG_FLUSH_INTERVAL_S = 0.25  # small conversions: see ground_truth.FLUSH_ROWS
 # round trip ~0.3 ms; so short prompts are tokenized on the loop, longer ones in the pool.
 INLINE_TOKENIZE_MAX_CHARS = 512
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-# endpoint -> (its route, the body parser); each answers in its own API's shapes (encoders, errors)
-ROUTES = {
-    "chat_completions": ("/v1/chat/completions", lambda raw: parse_body(raw, "chat_completions")),
-    "completions": ("/v1/completions", lambda raw: parse_body(raw, "completions")),
-    "responses": ("/v1/responses", parse_responses),
-    "messages": ("/v1/messages", parse_messages),
-}
 
 
 @dataclass(slots=True)
@@ -124,8 +109,8 @@ class SimServer:
         if self.config.request_id_log:
             middlewares.append(request_id_logger(self.config.request_id_log))
         app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
-        for endpoint, (path, _) in ROUTES.items():
-            app.router.add_post(path, functools.partial(self._exchange, endpoint=endpoint))
+        for endpoint in SIM_APIS:  # each answers in its own API's shapes (llmreplay.sim.apis)
+            app.router.add_post(REPLAY_PATHS[endpoint], functools.partial(self._exchange, endpoint=endpoint))
         app.router.add_get("/v1/models", self._list_models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
@@ -228,11 +213,12 @@ class SimServer:
     async def _serve(self, request: web.Request, exchange: ServedRequest) -> web.StreamResponse:
         body = await request.read()
         drop_body_stamps(request)
-        parsed = ROUTES[exchange.endpoint][1](body)
+        api = SIM_APIS[exchange.endpoint]
+        parsed = api.parse(body)
         model = self._check_model(parsed, exchange)
         rng = random.Random(f"{self.config.seed}/{exchange.request_id}")  # per request: order-independent
-        reasoning = 0  # legacy completions have no reasoning channel
-        if parsed.endpoint != "completions":
+        reasoning = 0
+        if api.reasons:
             reasoning = draw_reasoning_tokens(self.config, rng, request.headers.get(REASONING_HEADER))
         target_tokens, finish_reason = plan_output(parsed, self.config, rng, reasoning)
         reasoning = reasoning_share(target_tokens, reasoning)
@@ -254,7 +240,7 @@ class SimServer:
         transport = request.transport
         if transport is None or transport.is_closing():
             return web.Response(status=499)  # the client is gone already; logged as cancelled
-        encoder = self._encoder(parsed, model, reasoning)
+        encoder = api.encoder(parsed, model, reasoning, uuid.uuid4().hex, self.config.reasoning_field)
         done = asyncio.get_running_loop().create_future()
         stop_after = min(fault.stop_after_tokens, target_tokens - 1)
         response = None
@@ -327,7 +313,7 @@ class SimServer:
                 f"prompt ({prompt_tokens} tokens) + output ({target_tokens} tokens) exceed the sim's "
                 f"KV cache of {self.config.kv_cache_tokens} tokens",
                 code="context_length_exceeded",
-                param={"completions": "prompt", "responses": "input"}.get(endpoint, "messages"),
+                param=api_body(endpoint).prompt_field,
             )
 
     async def _open_stream(self, request: web.Request, encoder) -> web.StreamResponse:
@@ -365,23 +351,6 @@ class SimServer:
         if seq.state == "new":  # not aborted while an injected delay ran
             self.engine.submit(seq)
             self._stepper.kick()
-
-    def _encoder(self, parsed: CompletionRequest, model: str, reasoning: int) -> Encoder:
-        suffix = uuid.uuid4().hex
-        if parsed.endpoint == "responses":
-            return ResponsesEncoder(
-                f"resp_{suffix}", int(time.time()), model, parsed.tool_name, suffix, reasoning, parsed.echo
-            )
-        if parsed.endpoint == "messages":
-            return MessagesEncoder(
-                f"msg_{suffix[:24]}", model, parsed.tool_name, f"toolu_{suffix[:24]}", reasoning
-            )
-        if parsed.endpoint == "chat_completions":
-            return ChatEncoder(
-                f"chatcmpl-{suffix}", int(time.time()), model, parsed.tool_name, f"call_{suffix[:24]}",
-                reasoning, self.config.reasoning_field,
-            )  # fmt: skip
-        return CompletionEncoder(f"cmpl-{suffix}", int(time.time()), model)
 
     async def _immediate_fault(self, fault: Fault, exchange: ServedRequest) -> web.StreamResponse | None:
         """Faults answered at once, without the engine; None when the request should run."""
@@ -484,13 +453,8 @@ def _json(obj: dict, status: int = 200) -> web.Response:
 
 
 def _error_body(exc: InvalidRequest, endpoint: str) -> dict:
-    """The error in the endpoint's API's shape: Anthropic's for /v1/messages, OpenAI's otherwise."""
-    if endpoint == "messages":
-        return error_body(str(exc), exc.status)
-    kind = "server_error" if exc.status >= 500 else "invalid_request_error"
-    if exc.status == 429:
-        kind = "rate_limit_error"
-    return error_object(str(exc), kind, exc.code, exc.param)
+    """The error in the endpoint's API's shape (Anthropic's for /v1/messages)."""
+    return SIM_APIS[endpoint].error_body(exc)
 
 
 def _error_response(

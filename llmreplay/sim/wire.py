@@ -2,7 +2,7 @@
 
 Per request, the constant JSON around a token is encoded once; a token's chunk is then a
 byte concatenation. Token text comes from a fixed vocabulary of single-token words. A reasoning
-answer streams its first tokens as reasoning deltas (llmreplay.openai_wire.channels names the keys).
+answer streams its first tokens as reasoning deltas (llmreplay.wire.channels names the keys).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Like with like across APIs: the sides' endpoints (chat, completions, Responses, Messages) must match
-unless --allow-different-api; usage is normalised at the edges (llmreplay.openai_wire.usage), so prompt
+unless --allow-different-api; usage is normalised at the edges (llmreplay.wire.usage), so prompt
 tokens are what the engine processed on either side. Pure.
 """
 

@@ -9,8 +9,8 @@ import re
 
 import orjson
 
-from llmreplay.openai_wire.response import summarize_json, summarize_stream
 from llmreplay.sse import SSESplitter
+from llmreplay.wire.response import summarize_json, summarize_stream
 from replayer.loop.http_pool import with_new_body
 
 # Control characters: JSON escapes them, so they cannot come from text; "\x01...:<turns back>\x02 text \x03".

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import orjson
 
-from llmreplay.openai_wire.responses_api import PREVIOUS_RESPONSE_PLACEHOLDER
+from llmreplay.wire.responses_api import PREVIOUS_RESPONSE_PLACEHOLDER
 from replayer.loop.http_pool import with_new_body
 
 PLACEHOLDER_JSON = orjson.dumps(PREVIOUS_RESPONSE_PLACEHOLDER)  # as it stands in the body: quoted

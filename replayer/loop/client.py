@@ -14,10 +14,10 @@ import httptools
 import orjson
 
 from llmreplay.error_kinds import error_kind_for_status
-from llmreplay.openai_wire.dialects import DIALECTS
-from llmreplay.openai_wire.error_object import error_object_kind
-from llmreplay.openai_wire.stream_timing import stream_timing
-from llmreplay.openai_wire.usage import parse_usage
+from llmreplay.wire.dialects import DIALECTS
+from llmreplay.wire.error_object import error_object_kind
+from llmreplay.wire.stream_timing import stream_timing
+from llmreplay.wire.usage import parse_usage
 from replayer.loop.http_pool import Connection, ConnectionPool
 from replayer.loop.sse import SseStream
 
@@ -119,7 +119,7 @@ class Outcome:
         self.e2e_ns: int | None = None
         self.chunk_offsets_ns: array | None = None  # array("q") from the SSE reader, every channel
         self.reasoning_tokens: int | None = (
-            None  # of the completion tokens (llmreplay.openai_wire.stream_timing)
+            None  # of the completion tokens (llmreplay.wire.stream_timing)
         )
         self.reasoning_ns: int | None = None  # TTFT -> TTFO
         self.finish_reason: str | None = None
@@ -218,7 +218,7 @@ class ClientExchange:
         # the session's next turn sends this answer back (replayer.loop.answer_echo): its body is kept
         self.keep_answer = keep_answer
         self.answer: tuple[list[bytes], bool] | None = None  # (body reads, streamed) of a kept answer
-        self._dialect = dialect  # llmreplay.openai_wire.dialects: the answer's grammar
+        self._dialect = dialect  # llmreplay.wire.dialects: the answer's grammar
         self._clock = clock
         self.stream = stream
         self.cancel_after_chunks = cancel_after_chunks

@@ -88,7 +88,7 @@ class Runner:
         dialects: Sequence[str] | None = None,
     ):
         self.plans = plans
-        self.dialects = dialects  # by plan index, the answer's grammar (openai_wire.dialects); None: chat
+        self.dialects = dialects  # by plan index, the answer's grammar (wire.dialects); None: chat
         # a chained Responses turn's previous answer id, by plan index, until the turn is sent
         self._previous_ids: dict[int, str | None] = {}
         # the texts staging answered the session's earlier turns (latest first), by the plan index of the

@@ -9,18 +9,18 @@ from array import array
 
 import orjson
 
-from llmreplay.openai_wire.channels import (
+from llmreplay.wire.channels import (
     ANSWER,
     REASONING,
     choice_delta,
     event_channel,
     text_keys,
 )
-from llmreplay.openai_wire.dialects import DIALECTS, Dialect
-from llmreplay.openai_wire.error_object import error_object_kind, error_text
-from llmreplay.openai_wire.json_array import array_items
-from llmreplay.openai_wire.stream_end import missing_end
-from llmreplay.openai_wire.usage import merge_usage
+from llmreplay.wire.dialects import DIALECTS, Dialect
+from llmreplay.wire.error_object import error_object_kind, error_text
+from llmreplay.wire.json_array import array_items
+from llmreplay.wire.stream_end import missing_end
+from llmreplay.wire.usage import merge_usage
 
 # A key outside a JSON string always starts with an unescaped quote, so these byte patterns cannot
 # be fooled by generated text (whose quotes arrive escaped).

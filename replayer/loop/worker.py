@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import NoReturn
 
-from llmreplay.openai_wire.endpoints import dialect_for_path
 from llmreplay.redaction import secret_values
+from llmreplay.wire.endpoints import dialect_for_path
 from replayer.loop.parent_watch import EXIT_ORPHANED, die_with_parent, parent_gone, say_orphaned
 from replayer.loop.process_memory import peak_rss_mb
 from replayer.loop.request_file import RequestFields, encode_heads, read_fields

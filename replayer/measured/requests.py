@@ -47,7 +47,7 @@ class RequestColumns:
     stream: np.ndarray
     tools: np.ndarray
     model: np.ndarray
-    endpoint: np.ndarray  # the API the request was sent to (llmreplay.openai_wire.endpoints)
+    endpoint: np.ndarray  # the API the request was sent to (llmreplay.wire.endpoints)
     scheduled_offset_ns: np.ndarray
     dispatch_lag_ns: np.ndarray
     session_wait_ns: np.ndarray

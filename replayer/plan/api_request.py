@@ -11,7 +11,8 @@ import orjson
 
 from llmreplay.errors import BadInput
 from llmreplay.trace_format import TraceRecord
-from replayer.plan.api_bodies import ApiBody, chat_view, tagged
+from llmreplay.wire.api_body import ApiBody
+from llmreplay.wire.chat_api import chat_view
 from replayer.plan.prompt_synthesis import BlockSpeller
 
 TOOL_FRAME_TOKENS = 20  # ~tokens of JSON around a synthesized tool's description
@@ -27,6 +28,17 @@ def load_column(record: TraceRecord, column: str, text: str, kind) -> object:
     if not isinstance(value, kind):
         raise BadInput(f"request {record.request_id}: column '{column}' has the wrong JSON type")
     return value
+
+
+def tagged(prompt: object, tag: str) -> object:
+    """Recorded prompt with a per-copy tag in front of its first text (so copies share no prefix)."""
+    if not tag:
+        return prompt
+    if isinstance(prompt, str):
+        return tag + prompt
+    if prompt and isinstance(prompt[0], dict) and isinstance(prompt[0].get("content"), str):
+        return [{**prompt[0], "content": tag + prompt[0]["content"]}, *prompt[1:]]
+    return prompt
 
 
 def _loads(record: TraceRecord, column: str, kind) -> object:
@@ -164,7 +176,7 @@ def chat_tools(tools: Sequence[tuple]) -> list[dict] | None:
 def counted_view(endpoint: str, fields: dict) -> tuple[list[dict], list[dict] | None]:
     """Recorded content as chat messages and tools (the dialect's reading: text-bearing blocks as
     text), for counting on the target; approximate where a block is templated otherwise."""
-    from llmreplay.openai_wire.dialects import dialect_for
+    from llmreplay.wire.dialects import dialect_for
 
     dialect = dialect_for(endpoint)
     spelled = [(m.role, m.text) for m in dialect.request_messages(fields)]

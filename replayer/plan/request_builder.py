@@ -14,17 +14,19 @@ import orjson
 
 from llmreplay.engines import BY_NAME, FLAG, FLOOR
 from llmreplay.errors import BadInput
-from llmreplay.openai_wire.endpoints import REPLAY_PATHS
-from llmreplay.trace_format import SAMPLING_COLUMNS, TraceRecord
-from replayer.plan.api_bodies import API_BODIES, chat_view, tagged
-from replayer.plan.api_request import load_column
+from llmreplay.trace_format import TraceRecord
+from llmreplay.wire.api_body import ApiBody
+from llmreplay.wire.chat_api import chat_view, sent_tool_choice
+from llmreplay.wire.dialects import api_body
+from llmreplay.wire.endpoints import REPLAY_PATHS
+from replayer.plan.api_request import load_column, tagged
 from replayer.plan.arrays import PlannedRequest
 from replayer.plan.phases import prompt_copy
 from replayer.plan.prompt_fit import PromptFitter
 from replayer.plan.prompt_synthesis import BlockSpeller, copy_nonce
 from replayer.plan.sent_turns import SentTurn, continued, sent_and_marked
 
-ENDPOINT_PATHS = REPLAY_PATHS  # llmreplay.openai_wire.endpoints: a row there makes an endpoint replayable
+ENDPOINT_PATHS = REPLAY_PATHS  # llmreplay.wire.endpoints: a row there makes an endpoint replayable
 CANCEL_HEADROOM_TOKENS = 16
 # Messages requires max_tokens: a row that recorded neither an output nor a limit gets this one
 REQUIRED_LIMIT_TOKENS = 4096
@@ -87,10 +89,11 @@ def build_request(
     history: Sequence[TraceRecord] = (),
     previous: SentTurn | None = None,
 ) -> BuiltRequest:
-    """The request of one planned row; with a `fitter`, synthesized prompts are fitted to the
-    target's own count (replayer.plan.prompt_fit). `sending`, `history`: a chained Responses turn's
-    way of sending and the ancestors it is expanded with (replayer.plan.responses_state). `previous`:
-    the session's previous chat turn as sent, which this one continues (replayer.plan.sent_turns)."""
+    """The request of one planned row, built the way its API's row names (BUILDERS); with a
+    `fitter`, synthesized prompts are fitted to the target's own count (replayer.plan.prompt_fit).
+    `sending`, `history`: a chained Responses turn's way of sending and the ancestors it is expanded
+    with (replayer.plan.responses_state). `previous`: the session's previous chat turn as sent, which
+    this one continues (replayer.plan.sent_turns)."""
     path, model = _path_and_model(record, options)
     copy = prompt_copy(plan.copy_index, options.loop_stride, options.soak_keep_sharing)
     nonce = copy_nonce(copy, options.seed)
@@ -100,24 +103,71 @@ def build_request(
     content = _Content(
         record, plan, speller, nonce, tag_copies=not salted, respell=options.fit_lengths, copy=copy
     )
-    if record.endpoint == "embeddings":
-        body = {"model": model, "input": content.prompt_text()}
-        return BuiltRequest(path, _json_bytes(body), False, None)
-    body: dict = {"model": model}
-    if salted:
-        body["cache_salt"] = f"llmreplay-copy-{copy}-{nonce:016x}"
-    fit = fitter is not None and not content.has_content and record.prompt_tokens is not None
-    if record.endpoint in API_BODIES:
-        return _api_request(record, plan, options, content, body, path, fitter, sending, history)
-    turn = None
-    if record.endpoint == "chat_completions":
-        turn = _add_chat_fields(body, record, plan, content, fitter, previous, fit)
-    elif fit:
-        body["prompt"] = fitter.fit_prompt(record.prompt_tokens, content.synthesized_prompt)
+    salt = f"llmreplay-copy-{copy}-{nonce:016x}" if salted else None
+    row = api_body(record.endpoint)
+    build = _Build(record, plan, options, row, content, path, model, salt, fitter, sending, history, previous)
+    return BUILDERS[row.builder](build)
+
+
+@dataclass(frozen=True, slots=True)
+class _Build:
+    """One planned row's request being built, with what every way of building may use."""
+
+    record: TraceRecord
+    plan: PlannedRequest
+    options: BuildOptions
+    row: ApiBody
+    content: _Content
+    path: str
+    model: str
+    salt: str | None  # cache_salt of a copy, where the engine takes it
+    fitter: PromptFitter | None
+    sending: int
+    history: Sequence[TraceRecord]
+    previous: SentTurn | None
+
+    def start(self) -> dict:
+        return {"model": self.model, **({"cache_salt": self.salt} if self.salt else {})}
+
+    def fit(self) -> bool:
+        """The prompt is synthesized and fitted to the target's count."""
+        return self.fitter is not None and not self.content.has_content and self.record.prompt_tokens is not None
+
+
+def _embedding_request(b: _Build) -> BuiltRequest:
+    body = {"model": b.model, b.row.prompt_field: b.content.prompt_text()}
+    return BuiltRequest(b.path, _json_bytes(body), False, None)
+
+
+def _chat_request(b: _Build) -> BuiltRequest:
+    body = b.start()
+    turn = _add_chat_fields(body, b.record, b.plan, b.content, b.fitter, b.previous, b.fit())
+    wanted = _add_output_fields(body, b.record, b.plan, b.options, b.content, b.row)
+    return BuiltRequest(b.path, _json_bytes(body), b.record.stream, wanted, turn)
+
+
+def _prompt_request(b: _Build) -> BuiltRequest:
+    body = b.start()
+    if b.fit():
+        body[b.row.prompt_field] = b.fitter.fit_prompt(b.record.prompt_tokens, b.content.synthesized_prompt)
     else:
-        body["prompt"] = content.prompt()
-    wanted = _add_output_fields(body, record, plan, options, content)
-    return BuiltRequest(path, _json_bytes(body), record.stream, wanted, turn)
+        body[b.row.prompt_field] = b.content.prompt()
+    wanted = _add_output_fields(body, b.record, b.plan, b.options, b.content, b.row)
+    return BuiltRequest(b.path, _json_bytes(body), b.record.stream, wanted)
+
+
+def _spelled_request(b: _Build) -> BuiltRequest:
+    body = b.start()
+    return _api_request(b.record, b.plan, b.options, b.content, body, b.path, b.fitter, b.sending, b.history)
+
+
+# llmreplay.wire.api_body.BUILDERS: an API's row names its way
+BUILDERS = {
+    "chat": _chat_request,
+    "prompt": _prompt_request,
+    "embedding": _embedding_request,
+    "spelled": _spelled_request,
+}
 
 
 def _path_and_model(record: TraceRecord, options: BuildOptions) -> tuple[str, str]:
@@ -160,30 +210,26 @@ def _add_chat_fields(body, record, plan, content, fitter, previous, fit) -> Sent
     return turn
 
 
-def _add_output_fields(body, record, plan, options, content) -> int | None:
-    """A chat or completions body's response_format, streaming, length limit and forcing fields
-    (read after the prompt's fields: a grammar changes them), then the recorded sampling. Returns
-    the output tokens asked for."""
-    response_format = content.response_format()
+def _add_output_fields(body, record, plan, options, content, row: ApiBody) -> int | None:
+    """A chat or completions body's format, streaming, length limit and forcing fields (read after
+    the prompt's fields: a grammar changes them), then the recorded sampling. Returns the output
+    tokens asked for."""
+    response_format = content.response_format(row)
     if response_format is not None:
-        body["response_format"] = response_format
+        body.update(row.format_fields(response_format))
     body["stream"] = record.stream
-    if record.stream:
+    if record.stream and row.asks_usage:
         body["stream_options"] = {"include_usage": True}
     wanted = requested_tokens(record, plan)
     if wanted is not None:
         cancels = plan.cancel_after_tokens is not None
-        body.update(length_fields(options.engine, wanted, cancels=cancels, grammar=under_grammar(body)))
-    for name in SAMPLING_COLUMNS:
+        grammar = row.under_grammar(body)
+        body.update(length_fields(options.engine, wanted, cancels, grammar, row.endpoint))
+    for name in row.sampling:
         value = getattr(record, name)
         if value is not None:
             body[name] = value
     return wanted
-
-
-def under_grammar(body: dict) -> bool:
-    """The answer is constrained by a grammar: a response_format, or a tool call that must be made."""
-    return "response_format" in body or body.get("tool_choice") not in (None, "auto", "none")
 
 
 def length_fields(
@@ -191,8 +237,7 @@ def length_fields(
 ) -> dict:
     """The endpoint's length limit and the engine row's length-forcing fields there for `wanted` output
     tokens (only the limit under a grammar where the row says forcing fails there)."""
-    api = API_BODIES.get(endpoint)
-    fields: dict = {api.limit_field if api else "max_tokens": wanted}
+    fields: dict = {api_body(endpoint).limit_field: wanted}
     row = BY_NAME[engine]
     if grammar and not row.forces_length_under_grammar:
         return fields
@@ -204,19 +249,19 @@ def length_fields(
 
 
 def _api_request(record, plan, options, content, body, path, fitter, sending, history) -> BuiltRequest:
-    """A Responses or Messages request (replayer.plan.api_bodies): the API's own fields, the
+    """A Responses or Messages request (its dialect's ApiBody, llmreplay.wire): the API's own fields, the
     placeholder of a chained turn, its length limit and forcing fields, the sampling it has."""
-    from llmreplay.openai_wire.responses_api import PREVIOUS_RESPONSE_PLACEHOLDER
+    from llmreplay.wire.responses_api import PREVIOUS_RESPONSE_PLACEHOLDER
     from replayer.plan.responses_state import CHAINED
 
-    row = API_BODIES[record.endpoint]
+    row = api_body(record.endpoint)
     chain_mode = options.responses_state == "chain"
     body.update(_api_prompt(row, record, content, fitter, sending, history, chain_mode))
     if sending == CHAINED:
         body["previous_response_id"] = PREVIOUS_RESPONSE_PLACEHOLDER
     body["stream"] = record.stream
     wanted = requested_tokens(record, plan)
-    if wanted is None and row.limit_field == "max_tokens":
+    if wanted is None and row.limit_required:
         wanted = REQUIRED_LIMIT_TOKENS
     if wanted is not None:
         cancels = plan.cancel_after_tokens is not None
@@ -279,12 +324,11 @@ def _json_bytes(obj) -> bytes:
 
 
 def tool_choice_field(recorded: str | None, tools: list) -> object:
-    """The request's `tool_choice` for the trace's value (None: not sent); "function" names the first tool."""
+    """A chat request's `tool_choice` for the trace's value (None: not sent); "function" names the
+    first tool."""
     if recorded is None:
         return None
-    if recorded == "function":
-        return {"type": "function", "function": {"name": tools[0]["function"]["name"]}}
-    return recorded
+    return sent_tool_choice(recorded, tools[0]["function"]["name"] if recorded == "function" else "")
 
 
 class _Content:
@@ -378,25 +422,16 @@ class _Content:
             for i in range(rec.tools_count)
         ]
 
-    def response_format(self) -> dict | None:
+    def response_format(self, row: ApiBody) -> dict | None:
+        """The recorded format object, or the API's for the shape's kind (a schema described by
+        synthesized text of its length)."""
         rec = self.record
         if self.has_content and rec.content_response_format is not None:
             return load_column(rec, "content_response_format", rec.content_response_format, dict)
-        if rec.structured_output == "json_object":
-            return {"type": "json_object"}
-        if rec.structured_output == "json_schema":
-            description = ""
-            if rec.schema_tokens > 0 and not self.has_content:
-                description = self._need_speller().text(
-                    rec.schema_tokens, f"{rec.request_id}/schema", self.nonce
-                )
-            schema = {
-                "type": "object",
-                "description": description,
-                "properties": {"answer": {"type": "string"}},
-            }
-            return {"type": "json_schema", "json_schema": {"name": "replay_schema", "schema": schema}}
-        return None
+        description = ""
+        if rec.structured_output == "json_schema" and rec.schema_tokens > 0 and not self.has_content:
+            description = self._need_speller().text(rec.schema_tokens, f"{rec.request_id}/schema", self.nonce)
+        return row.formats(rec.structured_output, description)
 
 
 def _check_synthesized_size(record: TraceRecord) -> None:

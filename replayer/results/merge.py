@@ -15,12 +15,12 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmreplay.openai_wire.message_text import message_text
-from llmreplay.openai_wire.response import counted_texts, summarize_json, summarize_stream
-from llmreplay.openai_wire.usage import parse_usage
 from llmreplay.output_paths import publish, temp_path
 from llmreplay.run_format import OUTCOME_COPIED, RESULT_SCHEMA, TRACE_COPIED, ResultRow, result_table
 from llmreplay.sse import SSESplitter
+from llmreplay.wire.message_text import message_text
+from llmreplay.wire.response import counted_texts, summarize_json, summarize_stream
+from llmreplay.wire.usage import parse_usage
 from replayer.loop.request_file import RequestFields, read_fields, tail_body
 from replayer.loop.result_spool import outcome_of, read_spool
 from replayer.loop.runner import Sent

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from anonymizer.dialect_items import item_text, system_message
 from anonymizer.pipeline import AnonymizeConfig, anonymize_trace
 from anonymizer.verify import verify_anonymized
-from llmreplay.openai_wire import messages_api, responses_api
 from llmreplay.prefix_hash import prefix_block_hashes
 from llmreplay.tokenizers import load_tokenizer
 from llmreplay.trace_format import MessageShape, TraceMeta, TraceRecord
 from llmreplay.trace_io import read_trace, write_trace
+from llmreplay.wire import messages_api, responses_api
 
 TOKENIZER = load_tokenizer()
 SECRET = "Zanzibarquokka"

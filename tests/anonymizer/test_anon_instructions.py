@@ -7,8 +7,8 @@ from __future__ import annotations
 import orjson
 
 from anonymizer.dialect_items import item_text, system_message
-from llmreplay.openai_wire.dialects import DIALECTS
-from llmreplay.openai_wire.responses_api import instructions_item
+from llmreplay.wire.dialects import DIALECTS
+from llmreplay.wire.responses_api import instructions_item
 from tests.anonymizer.test_anon_dialects import SECRET, TOKENIZER, anonymized_exactly, dialect_record
 
 INSTRUCTIONS = [

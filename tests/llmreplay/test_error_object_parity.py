@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from llmreplay.openai_wire.response import summarize_json
+from llmreplay.wire.response import summarize_json
 from recorder.capture import Capture
 from recorder.record_builder import classify_error
 from recorder.request_shape import RequestShape

@@ -15,7 +15,6 @@ import pytest
 
 from llmreplay.errors import BadInput
 from llmreplay.importers.pipeline import ImportConfig, import_trace_file
-from llmreplay.openai_wire.message_text import message_text
 from llmreplay.trace_format import (
     ADDED_COLUMNS,
     FORMAT_VERSION,
@@ -26,6 +25,7 @@ from llmreplay.trace_format import (
 )
 from llmreplay.trace_io import iter_trace_batches, read_trace, records_to_table
 from llmreplay.trace_shape import describe_trace
+from llmreplay.wire.message_text import message_text
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "samples"

@@ -36,7 +36,7 @@ LIGHT_IMPORTS = {
     "json",
     "typing",
     "llmreplay.error_kinds",
-    "llmreplay.openai_wire.endpoints",
+    "llmreplay.wire.endpoints",
 }
 
 

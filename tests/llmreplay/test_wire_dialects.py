@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from llmreplay.openai_wire.channels import ANSWER, REASONING
-from llmreplay.openai_wire.dialects import DIALECTS, dialect_for
-from llmreplay.openai_wire.endpoints import ENDPOINTS, REPLAY_PATHS, dialect_for_path, endpoint_for_path
-from llmreplay.openai_wire.usage import Usage, merge_usage, parse_usage
+from llmreplay import trace_format
+from llmreplay.wire.channels import ANSWER, REASONING
+from llmreplay.wire.dialects import DIALECTS, dialect_for
+from llmreplay.wire.endpoints import ENDPOINTS, REPLAY_PATHS, dialect_for_path, endpoint_for_path
+from llmreplay.wire.usage import Usage, merge_usage, parse_usage
 
 RESPONSES, MESSAGES = dialect_for("responses"), dialect_for("messages")
 
@@ -17,6 +18,13 @@ def test_every_endpoint_names_a_dialect_and_both_new_apis_replay():
     assert REPLAY_PATHS["responses"] == "/v1/responses" and REPLAY_PATHS["messages"] == "/v1/messages"
     assert endpoint_for_path("/gateway/v1/messages?beta=true") == "messages"
     assert dialect_for_path("/v1/responses") == "responses" and dialect_for_path("/x/chat") == "chat"
+
+
+def test_the_api_table_and_the_trace_vocabulary_name_the_same_endpoints():
+    """A row's value must be in the trace format (a minor version adds it); a value without a row
+    could be recorded but not read."""
+    assert tuple(endpoint.name for endpoint in ENDPOINTS) == trace_format.ENDPOINTS
+    assert all(endpoint.api.BODY.endpoint == endpoint.name for endpoint in ENDPOINTS)
 
 
 def test_responses_input_items_in_prompt_order():

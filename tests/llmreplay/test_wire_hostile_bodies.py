@@ -7,14 +7,14 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmreplay.openai_wire import messages_api
-from llmreplay.openai_wire.answer import Answer
-from llmreplay.openai_wire.channels import RESPONSES_DELTA_CHANNELS
-from llmreplay.openai_wire.dialects import _READERS, DIALECTS
-from llmreplay.openai_wire.message_text import PromptMessage
-from llmreplay.openai_wire.response import summarize_stream
-from llmreplay.openai_wire.stream_event import EventFacts
 from llmreplay.trace_format import SERVER_STATES, STRUCTURED_OUTPUT_KINDS, TOOL_CHOICES
+from llmreplay.wire import messages_api
+from llmreplay.wire.answer import Answer
+from llmreplay.wire.channels import RESPONSES_DELTA_CHANNELS
+from llmreplay.wire.dialects import _READERS, DIALECTS
+from llmreplay.wire.message_text import PromptMessage
+from llmreplay.wire.response import summarize_stream
+from llmreplay.wire.stream_event import EventFacts
 from replayer.loop.sse import SseStream
 
 # The keys the dialects read, at any depth, so a hostile value lands where a reader looks for one.
@@ -53,6 +53,7 @@ READ_CHECKS = {
     ),
     "request_tools": lambda found: isinstance(found, tuple) and all(isinstance(t, dict) for t in found),
     "request_tool_choice": lambda found: found is None or found in TOOL_CHOICES,
+    "request_format": lambda found: True,  # the API's own object as sent: any JSON value
     "request_structured": lambda found: (
         found[0] in STRUCTURED_OUTPUT_KINDS and isinstance(found[1], dict | None)
     ),
@@ -80,6 +81,8 @@ def test_every_reader_answers_any_json_body_in_its_own_shape(name, body):
     dialect = DIALECTS[name]
     for reader, check in READ_CHECKS.items():
         assert check(_read(reader, dialect, body)), reader
+    role, text = dialect.item_text(body)  # the body as one prompt item
+    assert isinstance(role, str) and isinstance(text, str)
     if dialect.event_facts is not None:
         for kind in ("response.created", "response.completed", "response.output_item.added", "error"):
             assert isinstance(dialect.event_facts(kind, body), EventFacts)

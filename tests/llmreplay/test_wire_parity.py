@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from llmreplay.openai_wire.dialects import DIALECTS
-from llmreplay.openai_wire.endpoints import ENDPOINTS
-from llmreplay.openai_wire.response import summarize_json, summarize_stream
-from llmreplay.openai_wire.stream_timing import StreamTiming
-from llmreplay.openai_wire.usage import parse_usage
 from llmreplay.tokenizers import load_tokenizer
+from llmreplay.wire.dialects import DIALECTS
+from llmreplay.wire.endpoints import ENDPOINTS
+from llmreplay.wire.response import summarize_json, summarize_stream
+from llmreplay.wire.stream_timing import StreamTiming
+from llmreplay.wire.usage import parse_usage
 from recorder.capture import Capture
 from recorder.record_builder import BuildSettings, RecordBuilder, classify_error
 from recorder.request_shape import RequestShape

@@ -29,8 +29,8 @@ from hyperframe.frame import RstStreamFrame
 from mitmproxy.proxy.layers.http._http2 import Http2Server
 from mitmproxy.proxy.layers.http._http_h2 import BufferedH2Connection
 
-from llmreplay.openai_wire.response import summarize_stream
 from llmreplay.trace_io import read_trace
+from llmreplay.wire.response import summarize_stream
 from recorder import h2_streams
 from recorder.capture import Capture, keep_delivered
 from recorder.keys import keyed_hash, load_or_create_key

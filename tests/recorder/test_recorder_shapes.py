@@ -5,11 +5,11 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from llmreplay.openai_wire import messages_api, responses_api
-from llmreplay.openai_wire.endpoints import endpoint_for_path
-from llmreplay.openai_wire.response import ResponseShape, summarize_json, summarize_stream
 from llmreplay.trace_format import REQUEST_COLUMNS
-from recorder.answer_echo import echoed_answers
+from llmreplay.wire import messages_api, responses_api
+from llmreplay.wire.dialects import dialect_for
+from llmreplay.wire.endpoints import endpoint_for_path
+from llmreplay.wire.response import ResponseShape, summarize_json, summarize_stream
 from recorder.capture import Capture
 from recorder.record_builder import classify_error
 from recorder.request_shape import ChatMessage, RequestShape, parse_request
@@ -253,7 +253,7 @@ def test_an_answer_echoed_back_is_found_in_each_apis_next_request():
         {"type": "function_call", "call_id": "c1", "name": "find", "arguments": '{"q": "x", "n": 1}'},
     ]
     echoed = responses_api.request_messages({"input": items})
-    assert set(echoed_answers("responses", answer)) == {echoed, echoed[1:]}  # with or without reasoning
+    assert set(dialect_for("responses").echoed_answers(answer)) == {echoed, echoed[1:]}  # with or without reasoning
     blocks = [
         {"type": "thinking", "thinking": "think", "signature": "sig"},
         {"type": "text", "text": "Looking."},
@@ -261,7 +261,7 @@ def test_an_answer_echoed_back_is_found_in_each_apis_next_request():
     ]
     with_thinking = messages_api.request_messages({"messages": [{"role": "assistant", "content": blocks}]})
     without = messages_api.request_messages({"messages": [{"role": "assistant", "content": blocks[1:]}]})
-    assert set(echoed_answers("messages", answer)) == {with_thinking, without}
+    assert set(dialect_for("messages").echoed_answers(answer)) == {with_thinking, without}
 
 
 def test_a_chained_request_continues_the_turn_that_answered_with_its_id():

@@ -15,7 +15,7 @@ from live_processes import llmreplay_cmd
 from replay_helpers import ROOT, content_record, run_info, stop_and_wait, write_content_trace
 
 from llmreplay.engines import BY_NAME
-from llmreplay.openai_wire.response import ResponseShape
+from llmreplay.wire.response import ResponseShape
 from replayer.config import ReplayConfig
 from replayer.plan.trace_rows import read_trace_rows
 from replayer.preflight import (

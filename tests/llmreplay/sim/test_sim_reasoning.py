@@ -10,12 +10,12 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 
-from llmreplay.openai_wire.response import summarize_json, summarize_stream
 from llmreplay.sim.config import SimConfig
 from llmreplay.sim.openai_request import CompletionRequest, InvalidRequest
 from llmreplay.sim.output_length import draw_reasoning_tokens, plan_output, reasoning_share
 from llmreplay.sim.wire import ChatEncoder, usage
 from llmreplay.sse import SSESplitter
+from llmreplay.wire.response import summarize_json, summarize_stream
 
 
 def _request(max_tokens=None, ignore_eos=False) -> CompletionRequest:

@@ -10,7 +10,7 @@ from array import array
 import orjson
 from fake_clock import FakeClock, run_on_fake_clock
 
-from llmreplay.openai_wire.responses_api import PREVIOUS_RESPONSE_PLACEHOLDER
+from llmreplay.wire.responses_api import PREVIOUS_RESPONSE_PLACEHOLDER
 from replayer.loop.chain import is_chained, with_previous_response
 from replayer.loop.http_pool import encode_request, parse_endpoint
 from replayer.loop.runner import LoopSettings, Runner

@@ -1,6 +1,6 @@
 """The replay loop's SSE reader on typed streams (Responses, Messages): the learned framing's number
 hole (Responses' sequence_number) keeps deltas on the fast path, and never counts what the
-reference reading (llmreplay.openai_wire.response.summarize_stream) would not."""
+reference reading (llmreplay.wire.response.summarize_stream) would not."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmreplay.openai_wire.response import summarize_stream
+from llmreplay.wire.response import summarize_stream
 from replayer.loop.sse import SseStream
 
 TEXT = "response.output_text.delta"

@@ -8,13 +8,14 @@ import json
 import orjson
 import pytest
 
-from llmreplay.openai_wire.dialects import dialect_for
-from llmreplay.openai_wire.responses_api import PREVIOUS_RESPONSE_PLACEHOLDER
 from llmreplay.trace_format import MessageShape, TraceRecord
 from llmreplay.trace_io import records_to_table
+from llmreplay.wire import api_body
+from llmreplay.wire.dialects import DIALECTS, dialect_for
+from llmreplay.wire.responses_api import PREVIOUS_RESPONSE_PLACEHOLDER
 from replayer.config import ScheduleConfig
 from replayer.plan.prompt_synthesis import BlockSpeller, ExactTextWords
-from replayer.plan.request_builder import BuildOptions, build_request
+from replayer.plan.request_builder import BUILDERS, BuildOptions, build_request
 from replayer.plan.responses_state import CHAINED, EXPANDED
 from replayer.plan.schedule import build_schedule, schedule_input
 
@@ -196,3 +197,8 @@ def test_an_expanded_shape_turn_is_the_ancestors_spelled_turns_then_its_own(spel
         "system", "user", "assistant", "user",
     ]  # fmt: skip
     assert sent["input"][0] == alone["input"][0]  # the root's turn spelled as it was sent alone
+
+
+def test_every_api_names_a_way_of_building_the_builder_has():
+    assert set(BUILDERS) == set(api_body.BUILDERS)
+    assert all(dialect.body.builder in BUILDERS for dialect in DIALECTS.values())

@@ -1,18 +1,23 @@
 """The Anthropic Messages API (/v1/messages): its request fields, stream events and answer body, read
-into the shapes every dialect shares. Pure, light imports: the recorder's proxy and the replay loop use it.
+into the shapes every dialect shares, and how a replayed body lays them out (BODY). Pure, light imports:
+the recorder's proxy and the replay loop use it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import orjson
 
-from llmreplay.openai_wire.answer import Answer
-from llmreplay.openai_wire.channels import ANSWER, MESSAGES_BLOCK_CHANNELS, MESSAGES_DELTA_CHANNELS, REASONING
-from llmreplay.openai_wire.error_object import error_text
-from llmreplay.openai_wire.json_array import array_items
-from llmreplay.openai_wire.message_text import PromptMessage
-from llmreplay.openai_wire.stream_event import NO_FACTS, EventFacts, event_type
-from llmreplay.openai_wire.usage import parse_usage
+from llmreplay.wire.answer import Answer
+from llmreplay.wire.api_body import ANSWER_SCHEMA, ApiBody, forced_choice
+from llmreplay.wire.channels import ANSWER, MESSAGES_BLOCK_CHANNELS, MESSAGES_DELTA_CHANNELS, REASONING
+from llmreplay.wire.chat_api import chat_view
+from llmreplay.wire.error_object import error_text
+from llmreplay.wire.json_array import array_items
+from llmreplay.wire.message_text import PromptMessage
+from llmreplay.wire.stream_event import NO_FACTS, EventFacts, event_type
+from llmreplay.wire.usage import parse_usage
 
 # stop_reason -> the chat finish reason (pause_turn and refusal keep their names)
 STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
@@ -39,6 +44,9 @@ DELTA_RULES = {
     )
 }
 PARSED_EVENTS = ("message_start", BLOCK_START, "message_delta")
+# the trace's tool_choice -> Anthropic's tool_choice `type` (`tool`: a named tool forced); read inverted
+CHOICE_TYPES = {"auto": "auto", "none": "none", "required": "any", "function": "tool"}
+_RECORDED_CHOICE = {sent: recorded for recorded, sent in CHOICE_TYPES.items()}
 
 
 def request_messages(body: dict) -> tuple[PromptMessage, ...]:
@@ -109,7 +117,43 @@ def request_tool_choice(body: dict) -> str | None:
     """auto | none | required (Anthropic `any`) | function (`tool`: a named tool forced)."""
     choice = body.get("tool_choice")
     kind = choice.get("type") if isinstance(choice, dict) else None
-    return {"auto": "auto", "none": "none", "any": "required", "tool": "function"}.get(_str(kind))
+    return _RECORDED_CHOICE.get(_str(kind))
+
+
+def request_format(body: dict) -> object:
+    """`output_format` (or `output_config.format`), as sent (content_response_format holds it)."""
+    config = body.get("output_config")
+    return body.get("output_format", config.get("format") if isinstance(config, dict) else None)
+
+
+def item_text(message) -> tuple[str, str]:
+    """One message's (role, counted text: its blocks'), as the anonymizer rewrites it."""
+    if not isinstance(message, dict):
+        return "unknown", ""
+    role = message.get("role") if isinstance(message.get("role"), str) else "unknown"
+    return role, blocks_text(message.get("content"))
+
+
+def echoed_answers(response) -> tuple[tuple[PromptMessage, ...], ...]:
+    """The forms a ResponseShape comes back in the next request: one assistant message of
+    [thinking], text and tool_use blocks, with or without the thinking, where clients differ."""
+    uses = tuple(_tool_use_text(call) for call in response.tool_calls)
+    plain = "\n".join(text for text in (response.text, *uses) if text)
+    forms = [(PromptMessage("assistant", plain),)]
+    if response.reasoning_text:
+        thought = "\n".join(text for text in (response.reasoning_text, response.text, *uses) if text)
+        forms.append((PromptMessage("assistant", thought),))
+    return tuple(forms)
+
+
+def _tool_use_text(call: dict) -> str:
+    """A tool_use block as the next request counts it: the name, then its input as compact JSON."""
+    function = call.get("function") or {}
+    try:
+        arguments = orjson.loads(function.get("arguments") or "null")
+    except orjson.JSONDecodeError:
+        arguments = None
+    return f"{function.get('name') or ''}{tool_input_json(arguments)}"
 
 
 def request_structured(body: dict) -> tuple[str, dict | None]:
@@ -135,7 +179,7 @@ def server_state(body: dict) -> tuple[None, None]:
 
 
 def event_channel(event_name: str | None, data: dict) -> str | None:
-    """The channel a stream event's generated tokens go to (llmreplay.openai_wire.channels); None: none."""
+    """The channel a stream event's generated tokens go to (llmreplay.wire.channels); None: none."""
     kind = event_type(event_name, data)
     if kind == BLOCK_DELTA:
         part, table = data.get("delta"), MESSAGES_DELTA_CHANNELS
@@ -246,3 +290,77 @@ def fold_text(kind: str, event: dict, texts: list, thoughts: list, calls: dict) 
         thoughts.append(delta["thinking"])
     elif part == "input_json_delta" and isinstance(delta.get("partial_json"), str) and index in calls:
         calls[index]["function"]["arguments"] += delta["partial_json"]
+
+
+# The write rules: how a replayed body lays out a prompt, tools, tool_choice, a format and its length.
+
+
+def spell(spelled: Sequence[tuple[str, str]]) -> dict:
+    """System messages go to `system` (Messages has no system role); tool results are tool_result blocks."""
+    fields: dict = {}
+    systems = [text for role, text in spelled if role == "system"]
+    if systems:
+        fields["system"] = "".join(systems)
+    messages = []
+    for i, (role, text) in enumerate(spelled):
+        if role == "system":
+            continue
+        if role == "tool":
+            block = {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": text}
+            messages.append({"role": "user", "content": [block]})
+        else:
+            messages.append({"role": "assistant" if role == "assistant" else "user", "content": text})
+    fields["messages"] = messages
+    return fields
+
+
+def tool_definition(name: str, description: str, schema: dict) -> dict:
+    return {"name": name, "description": description, "input_schema": schema}
+
+
+def sent_tool_choice(recorded: str, first_tool: str) -> dict:
+    """The trace's tool_choice as Anthropic's object; a forced call names the first tool."""
+    choice = {"type": CHOICE_TYPES[recorded]}
+    return {**choice, "name": first_tool} if recorded == "function" else choice
+
+
+def sent_format(kind: str, description: str) -> dict | None:
+    """Messages has JSON-schema output only: a json_object request is sent as an open object schema."""
+    if kind in ("json_object", "json_schema"):
+        schema = (
+            {**ANSWER_SCHEMA, "description": description} if kind == "json_schema" else {"type": "object"}
+        )
+        return {"type": "json_schema", "schema": schema}
+    return None
+
+
+def under_grammar(body: dict) -> bool:
+    config = body.get("output_config") or {}
+    return "format" in config or forced_choice(body.get("tool_choice"), ("auto", "none"))
+
+
+def chat_messages(spelled: Sequence[tuple[str, str]]) -> list[dict]:
+    """The chat view, with Messages' one `system` field templated as a single leading system message."""
+    messages = chat_view(spelled)
+    systems = [m["content"] for m in messages if m["role"] == "system"]
+    rest = [m for m in messages if m["role"] != "system"]
+    return ([{"role": "system", "content": "".join(systems)}] if systems else []) + rest
+
+
+BODY = ApiBody(
+    "messages",
+    builder="spelled",
+    limit_field="max_tokens",
+    limit_required=True,  # Messages refuses a body without max_tokens
+    prompt_field="messages",
+    system_field="system",
+    spell=spell,
+    tool=tool_definition,
+    tool_name=lambda tool: tool.get("name"),
+    tool_choice=sent_tool_choice,
+    formats=sent_format,
+    format_fields=lambda fmt: {"output_config": {"format": fmt}},
+    under_grammar=under_grammar,
+    chat=chat_messages,
+    sampling=("temperature", "top_p"),
+)

@@ -1,6 +1,6 @@
-"""The dialect table: how each API's requests, stream events and answers are read. An endpoint row
-(endpoints.py) names its dialect; adding an API is adding a module and a row here (docs/extending.md,
-"An API dialect"). Pure, light imports.
+"""The dialects: how each API's requests, stream events and answers are read, and how a replayed body
+is laid out (its module's BODY), built from the ENDPOINTS rows (endpoints.py): adding an API is adding a
+module and a row there (docs/extending.md, "An API"). Pure, light imports.
 """
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from llmreplay.openai_wire import chat_api, messages_api, responses_api
-from llmreplay.openai_wire.answer import Answer
-from llmreplay.openai_wire.endpoints import DIALECT_OF
-from llmreplay.openai_wire.message_text import PromptMessage
-from llmreplay.openai_wire.stream_event import EventFacts
-from llmreplay.openai_wire.usage import Usage, parse_usage
+from llmreplay.wire.answer import Answer
+from llmreplay.wire.api_body import ApiBody
+from llmreplay.wire.endpoints import DIALECT_OF, ENDPOINTS
+from llmreplay.wire.message_text import PromptMessage
+from llmreplay.wire.stream_event import EventFacts
+from llmreplay.wire.usage import Usage, parse_usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,11 +23,14 @@ class Dialect:
     request_tools: Callable[[dict], tuple[dict, ...]]  # chat-like {name, description, parameters}
     request_tool_choice: Callable[[dict], str | None]  # trace_format.TOOL_CHOICES
     request_structured: Callable[[dict], tuple[str, dict | None]]  # (STRUCTURED_OUTPUT_KINDS, schema)
+    request_format: Callable[[dict], object]  # the API's own output-format object, as sent
     max_output_tokens: Callable[[dict], int | None]
     server_state: Callable[[dict], tuple[str | None, str | None]]  # (SERVER_STATES value, its id)
     event_channel: Callable[[str | None, dict], str | None]  # ANSWER | REASONING | None
     response_id: Callable[[dict], str | None]
     answer: Callable[[dict], Answer]  # a whole 200 body
+    item_text: Callable[[object], tuple[str, str]]  # one prompt item's (role, counted text)
+    echoed_answers: Callable[[object], tuple[tuple[PromptMessage, ...], ...]]  # a ResponseShape's echoes
     end_events: tuple[str, ...]  # stream event types after which nothing more is generated
     typed_events: bool  # stream events carry `type` (and an `event:` line) instead of chat chunks
     event_facts: Callable[[str, dict], EventFacts] | None = None  # typed streams: all but the tokens
@@ -37,15 +40,21 @@ class Dialect:
     delta_rules: dict = field(default_factory=dict)  # event name -> ((text keys, channel), ...)
     parsed_events: tuple[str, ...] = ()  # read whole (event_facts), besides end events and `error`
     fold_text: Callable[[str, dict, list, list, dict], None] | None = None  # the reference reading's texts
+    body: ApiBody | None = None  # the write rules (a module's BODY): how a replayed body lays it out
 
 
-_READERS = ("request_messages", "request_tools", "request_tool_choice", "request_structured")
+_READERS = ("request_messages", "request_tools", "request_tool_choice", "request_structured", "request_format")
 _READERS += ("max_output_tokens", "server_state", "event_channel", "response_id", "answer")
+_RULES = (*_READERS, "item_text", "echoed_answers")  # the readers of a body, then of an item and an answer
 
 
-def _row(name: str, module, typed_events: bool, **overrides) -> Dialect:
-    """A dialect whose readers are its module's functions of the same names."""
-    readers = {reader: getattr(module, reader) for reader in _READERS} | overrides
+def _row(name: str, module) -> Dialect:
+    """A dialect whose readers are its module's functions of the same names (a reader the module
+    lacks: its READS_AS module's), and whose write rules are its module's BODY. Its stream is typed
+    when the module says which events are its own (owns_event)."""
+    shares = getattr(module, "READS_AS", None)
+    readers = {reader: getattr(module, reader, None) or getattr(shares, reader) for reader in _RULES}
+    typed_events = getattr(module, "owns_event", None) is not None
     typed = {
         "event_facts": getattr(module, "event_facts", None),
         "owns_event": getattr(module, "owns_event", None),
@@ -54,17 +63,17 @@ def _row(name: str, module, typed_events: bool, **overrides) -> Dialect:
         "fold_text": getattr(module, "fold_text", None),
     }
     ends = getattr(module, "END_EVENTS", ())
-    return Dialect(name, **readers, end_events=ends, typed_events=typed_events, **typed)
+    body = getattr(module, "BODY", None)
+    return Dialect(name, **readers, end_events=ends, typed_events=typed_events, **typed, body=body)
 
 
-CHAT = _row("chat", chat_api, typed_events=False)
-DIALECTS = {
-    "chat": CHAT,
-    "completions": _row("completions", chat_api, False, request_messages=chat_api.prompt_messages),
-    "embeddings": CHAT,  # an embedding answer generates nothing: chat's reading finds nothing in it
-    "responses": _row("responses", responses_api, typed_events=True),
-    "messages": _row("messages", messages_api, typed_events=True),
-}
+DIALECTS = {endpoint.dialect: _row(endpoint.dialect, endpoint.api) for endpoint in ENDPOINTS}
+
+
+def api_body(endpoint: str) -> ApiBody | None:
+    """The write rules of a trace endpoint's dialect (None: an endpoint without a row)."""
+    dialect = DIALECT_OF.get(endpoint)
+    return DIALECTS[dialect].body if dialect is not None else None
 
 
 def dialect_for(endpoint: str) -> Dialect:

@@ -1,21 +1,26 @@
 """The OpenAI Responses API (/v1/responses): its request fields, stream events and answer body, read
-into the shapes every dialect shares. Pure, light imports: the recorder's proxy and the replay loop use it.
+into the shapes every dialect shares, and how a replayed body lays them out (BODY). Pure, light imports:
+the recorder's proxy and the replay loop use it.
 """
 
 from __future__ import annotations
 
-from llmreplay.openai_wire.answer import Answer
-from llmreplay.openai_wire.channels import (
+from collections.abc import Sequence
+
+from llmreplay.wire.answer import Answer
+from llmreplay.wire.api_body import ANSWER_SCHEMA, ApiBody, forced_choice
+from llmreplay.wire.channels import (
     REASONING,
     RESPONSES_DELTA_CHANNELS,
     RESPONSES_END_EVENTS,
     RESPONSES_ITEM_CHANNELS,
 )
-from llmreplay.openai_wire.error_object import error_text
-from llmreplay.openai_wire.json_array import array_items
-from llmreplay.openai_wire.message_text import PromptMessage, content_text, text_parts
-from llmreplay.openai_wire.stream_event import NO_FACTS, EventFacts, event_type
-from llmreplay.openai_wire.usage import parse_usage
+from llmreplay.wire.chat_api import chat_view
+from llmreplay.wire.error_object import error_text
+from llmreplay.wire.json_array import array_items
+from llmreplay.wire.message_text import PromptMessage, call_text, content_text, text_parts
+from llmreplay.wire.stream_event import NO_FACTS, EventFacts, event_type
+from llmreplay.wire.usage import parse_usage
 
 # The replayer sends this as `previous_response_id` in a chained turn; the replay loop puts in its
 # place the id staging returned for the session's previous turn (replayer/loop/chain.py).
@@ -127,6 +132,29 @@ def request_tool_choice(body: dict) -> str | None:
     return "function"
 
 
+def request_format(body: dict) -> object:
+    """`text.format`, as sent (content_response_format holds it)."""
+    text = body.get("text")
+    return text.get("format") if isinstance(text, dict) else None
+
+
+def item_text(item) -> tuple[str, str]:
+    """One `input` item's (role, counted text), as the anonymizer rewrites it; ("unknown", "") for
+    what is no message."""
+    found = item_message(item)
+    return ("unknown", "") if found is None else (found.role, found.text)
+
+
+def echoed_answers(response) -> tuple[tuple[PromptMessage, ...], ...]:
+    """The forms a ResponseShape comes back in the next request: output items (reasoning, the
+    message, each function_call), with or without the reasoning, where clients differ."""
+    items = (response.text, *(call_text(call) for call in response.tool_calls))
+    forms = [tuple(PromptMessage("assistant", text) for text in items if text)]
+    if response.reasoning_text:
+        forms.append((PromptMessage("assistant", response.reasoning_text), *forms[0]))
+    return tuple(forms)
+
+
 def request_structured(body: dict) -> tuple[str, dict | None]:
     """(none | json_object | json_schema, the schema) from `text.format`."""
     text = body.get("text")
@@ -158,7 +186,7 @@ def server_state(body: dict) -> tuple[str | None, str | None]:
 
 
 def event_channel(event_name: str | None, data: dict) -> str | None:
-    """The channel a stream event's generated tokens go to (llmreplay.openai_wire.channels); None: none."""
+    """The channel a stream event's generated tokens go to (llmreplay.wire.channels); None: none."""
     kind = event_type(event_name, data)
     channel = RESPONSES_DELTA_CHANNELS.get(kind)
     if channel is not None:
@@ -274,3 +302,63 @@ def fold_text(kind: str, event: dict, texts: list, thoughts: list, calls: dict) 
     if kind in END_EVENTS and isinstance(event.get("response"), dict):
         calls.clear()
         calls.update(enumerate(output_texts(event["response"])[2]))
+
+
+# The write rules: how a replayed body lays out a prompt, tools, tool_choice, a format and its length.
+
+
+def spell(spelled: Sequence[tuple[str, str]]) -> dict:
+    """A leading system message becomes `instructions`; tool results are function_call_output items."""
+    fields: dict = {}
+    if spelled and spelled[0][0] == "system":
+        fields["instructions"] = spelled[0][1]
+        spelled = spelled[1:]
+    items = []
+    for i, (role, text) in enumerate(spelled):
+        if role == "tool":
+            items.append({"type": "function_call_output", "call_id": f"call_{i}", "output": text})
+        else:
+            items.append({"role": role, "content": text})
+    fields["input"] = items
+    return fields
+
+
+def tool_definition(name: str, description: str, schema: dict) -> dict:
+    return {"type": "function", "name": name, "description": description, "parameters": schema}
+
+
+def sent_tool_choice(recorded: str, first_tool: str) -> object:
+    """The trace's tool_choice as sent: the modes by name, a forced call as the first tool's."""
+    return {"type": "function", "name": first_tool} if recorded == "function" else recorded
+
+
+def sent_format(kind: str, description: str) -> dict | None:
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        schema = {**ANSWER_SCHEMA, "description": description}
+        return {"type": "json_schema", "name": "replay_schema", "schema": schema}
+    return None
+
+
+def under_grammar(body: dict) -> bool:
+    return "format" in (body.get("text") or {}) or forced_choice(body.get("tool_choice"), ("auto", "none"))
+
+
+BODY = ApiBody(
+    "responses",
+    builder="spelled",
+    limit_field="max_output_tokens",
+    prompt_field="input",
+    prompt_as_sent=True,  # a string input is a prompt of its own
+    system_field="instructions",
+    spell=spell,
+    tool=tool_definition,
+    tool_name=lambda tool: tool.get("name"),
+    tool_choice=sent_tool_choice,
+    formats=sent_format,
+    format_fields=lambda fmt: {"text": {"format": fmt}},
+    under_grammar=under_grammar,
+    chat=chat_view,
+    sampling=("temperature", "top_p", "seed"),  # seed: vLLM's ResponsesRequest has it
+)

@@ -52,3 +52,9 @@ def message_text(message: Any) -> tuple[str, str]:
         if isinstance(function, dict):
             parts.append(f"{function.get('name') or ''}{function.get('arguments') or ''}")
     return role, "".join(parts)
+
+
+def call_text(call: dict) -> str:
+    """A tool call's counted text: function name then arguments (a Responses item holds them itself)."""
+    function = call.get("function") if isinstance(call.get("function"), dict) else call
+    return f"{function.get('name') or ''}{function.get('arguments') or ''}"

@@ -6,7 +6,7 @@ tool-call delta). Adding a delta key or a Responses event type is adding a row.
 
 from __future__ import annotations
 
-from llmreplay.openai_wire.json_array import array_items
+from llmreplay.wire.json_array import array_items
 
 ANSWER, REASONING = "answer", "reasoning"
 

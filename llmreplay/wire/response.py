@@ -9,11 +9,12 @@ from dataclasses import dataclass
 
 import orjson
 
-from llmreplay.openai_wire.channels import ANSWER, REASONING, TEXT_CHANNELS, choice_delta, delta_channel
-from llmreplay.openai_wire.dialects import dialect_for, typed_dialect
-from llmreplay.openai_wire.error_object import error_object_kind
-from llmreplay.openai_wire.json_array import array_items
-from llmreplay.openai_wire.usage import Usage, merge_usage, parse_usage
+from llmreplay.wire.channels import ANSWER, REASONING, TEXT_CHANNELS, choice_delta, delta_channel
+from llmreplay.wire.dialects import dialect_for, typed_dialect
+from llmreplay.wire.error_object import error_object_kind
+from llmreplay.wire.json_array import array_items
+from llmreplay.wire.message_text import call_text
+from llmreplay.wire.usage import Usage, merge_usage, parse_usage
 
 _ANSWER_TEXT_KEYS = tuple(key for key, channel in TEXT_CHANNELS.items() if channel == ANSWER)
 _REASONING_TEXT_KEYS = tuple(key for key, channel in TEXT_CHANNELS.items() if channel == REASONING)
@@ -166,7 +167,7 @@ def _merge_tool_call(calls: dict[int, dict], delta: dict) -> None:
 
 
 def _apply_typed_event(state: _StreamState, event: dict, kind: str, dialect) -> str | None:
-    """A Responses or Messages event: its facts (llmreplay.openai_wire.stream_event), its texts."""
+    """A Responses or Messages event: its facts (llmreplay.wire.stream_event), its texts."""
     facts = dialect.event_facts(kind, event)
     if facts.usage is not None:
         state.usage = merge_usage(state.usage, facts.usage)
@@ -203,9 +204,3 @@ def counted_texts(response: ResponseShape) -> tuple[str, ...]:
     """The texts whose tokens are a response's completion tokens, each counted on its own: the
     reasoning, the answer, and each tool call's name and arguments (as message_text counts a call)."""
     return (response.reasoning_text, response.text, *(call_text(call) for call in response.tool_calls))
-
-
-def call_text(call: dict) -> str:
-    """A tool call's counted text: function name then arguments (a Responses item holds them itself)."""
-    function = call.get("function") if isinstance(call.get("function"), dict) else call
-    return f"{function.get('name') or ''}{function.get('arguments') or ''}"

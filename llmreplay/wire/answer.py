@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmreplay.openai_wire.usage import Usage
+from llmreplay.wire.usage import Usage
 
 
 @dataclass(frozen=True, slots=True)
