@@ -9,7 +9,7 @@ import orjson
 from anonymizer.dialect_items import item_text, system_message
 from llmreplay.wire.dialects import DIALECTS
 from llmreplay.wire.responses_api import instructions_item
-from tests.anonymizer.test_anon_dialects import SECRET, TOKENIZER, anonymized_exactly, dialect_record
+from tests.anonymizer.test_dialect_items import SECRET, TOKENIZER, anonymized_exactly, dialect_record
 
 INSTRUCTIONS = [
     {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": f"Serve {SECRET}."}]},

@@ -10,7 +10,7 @@ import orjson
 from llmreplay.sim.openai_request import parse_body
 from llmreplay.sim.prompt_shape import prompt_shape
 from llmreplay.tokenizers import load_tokenizer
-from tests.replayer.plan.test_replay_request_builder import body, record
+from tests.replayer.plan.test_request_builder import body, record
 
 MESSAGES = [{"role": "user", "content": "the same recorded question, word for word"}]
 

@@ -16,7 +16,7 @@ from llmreplay.trace_format import MessageShape
 from replayer.plan.prompt_fit import PromptFitter
 from replayer.plan.prompt_synthesis import BlockSpeller, ExactTextWords
 from replayer.plan.request_builder import BuildOptions, build_request
-from tests.replayer.plan.test_replay_request_builder import plan_for, record
+from tests.replayer.plan.test_request_builder import plan_for, record
 
 
 class TrimmingChatML:

@@ -28,7 +28,7 @@ from recorder.sessions import SessionTracker
 from replayer.loop.client import Outcome, _finish_stream, _read_whole
 from replayer.loop.sse import SseStream
 
-CORPUS = Path(__file__).resolve().parents[1] / "data" / "sse"
+CORPUS = Path(__file__).resolve().parents[2] / "data" / "sse"
 STREAMS = sorted(CORPUS.glob("*.sse"))
 BODIES = sorted(CORPUS.glob("*.json"))
 READ_NS = 1_000  # read i arrives at (i + 1) * READ_NS after the request
