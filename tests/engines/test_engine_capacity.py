@@ -55,5 +55,7 @@ def test_a_short_capacity_search_reports_a_knee(engine, llmreplay_bin, tmp_path)
     lo, hi = knee["bracket"]
     assert lo is not None and lo < hi and knee["requests_per_s"] > 0
     saturated = next(s for s in steps if s["factor"] == hi)
-    assert saturated["achieved"]["requests_per_s"] < saturated["offered"]["requests_per_s"]
+    # the knee's upper step did not keep up: its throughput fell short, or its queue grew (the knee's rule,
+    # docs/capacity-format.md); seen both ways on this vLLM-CPU
+    assert not saturated["kept_up"] and saturated["saturation_reason"], saturated
     assert f"x{knee['factor']:.3g}" in render_capacity_html(capacity)
