@@ -10,7 +10,7 @@ import time
 
 import pytest
 from capacity_support import STEP_FLAGS, capacity_cmd, even_trace, run_capacity
-from live_processes import ROOT, ProcessPool
+from live_processes import ROOT
 
 SEARCH = (*STEP_FLAGS, "--by", "speed", "--max-steps", "3")
 WAIT_S = 60.0
@@ -35,18 +35,11 @@ def finished_steps(out) -> int:
     return len(json.loads(path.read_bytes())["steps"]) if path.is_file() else 0
 
 
-@pytest.fixture
-def pool(tmp_path):
-    procs = ProcessPool(tmp_path)
-    yield procs
-    procs.stop_all()
-
-
 @pytest.mark.e2e
-def test_a_killed_search_resumes_from_its_finished_steps_to_the_same_answer(tmp_path, sim, pool):
+def test_a_killed_search_resumes_from_its_finished_steps_to_the_same_answer(tmp_path, sim, processes):
     trace = even_trace(tmp_path / "trace.parquet")
     out = tmp_path / "cap"
-    proc = pool.start(capacity_cmd(trace, sim, out, *SEARCH), "capacity")
+    proc = processes.start(capacity_cmd(trace, sim, out, *SEARCH), "capacity")
     wait_for(lambda: finished_steps(out) == 1 and len(step_dirs(out)) == 2, proc)
     time.sleep(0.5)  # into step 1's replay
     proc.send_signal(signal.SIGKILL)
