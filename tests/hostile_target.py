@@ -7,7 +7,8 @@ benchmark: the server's own memory and CPU stay out of the replay's figures):
 
 Modes (each route alone):
   models:  "ok" (a model list), "endless" (a JSON body that never ends), "redirect" (302 to `redirect_to`)
-  metrics: "ok" (Prometheus text), "endless", "redirect", "none" (404)
+  metrics: "ok" (Prometheus text), "slow" (the same after SLOW_S, as a busy engine), "endless", "redirect",
+  "none" (404)
   chat:    "ok" (a short stream), "endless" (SSE chunks as fast as the socket takes them),
            "long_line" (a 200 stream whose first line is 10 MB without an end, then silence),
            "echo_key" (HTTP 401 whose JSON body echoes the Authorization key with `\\/` escapes,
@@ -27,6 +28,7 @@ import orjson
 
 MODEL = "sim-model"
 LONG_LINE_BYTES = 10 << 20
+SLOW_S = 1.5  # a busy engine answers /metrics after the step it is in: longer than a 1 s interval
 _BLOB = b"x" * 65536
 
 
@@ -158,7 +160,8 @@ class HostileTarget(LoopServer):
         return orjson.dumps({"object": "list", "data": [{"id": MODEL, "owned_by": "hostile"}]})
 
     async def _route(self, mode: str, path: str, writer, content_type: str, body: bytes) -> bool:
-        if mode == "ok":
+        if mode in ("ok", "slow"):
+            await asyncio.sleep(SLOW_S if mode == "slow" else 0)
             writer.write(_whole("200 OK", content_type, body))
             return True
         if mode == "none":

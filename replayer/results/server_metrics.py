@@ -22,7 +22,9 @@ from replayer.results.merge import write_parquet_atomic
 from replayer.results.server_series import engine_series, series_summary
 
 MAX_METRICS_BYTES = MAX_ANSWER_BYTES  # one scrape's answer; past it the scrape is a counted failure
-MIN_SCRAPE_TIMEOUT_S = 0.2
+# A scrape's deadline: an engine answers /metrics between its own steps (llama-server after the prefill
+# it is in), so a busy one may take seconds; a slow scrape only delays the next. Prometheus's default is 10 s.
+MIN_SCRAPE_TIMEOUT_S = 5.0
 
 SERVER_METRICS_SCHEMA = pa.schema(
     [
@@ -92,7 +94,7 @@ class MetricsScraper:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=MIN_SCRAPE_TIMEOUT_S + 5)
 
     def _run(self) -> None:
         tick = max(self.start_ns, time.perf_counter_ns())
@@ -110,7 +112,7 @@ class MetricsScraper:
             request.add_header("Authorization", f"Bearer {self._api_key}")
         offset_ns = time.perf_counter_ns() - self.start_ns
         wall_us = time.time_ns() // 1000
-        try:  # the whole answer within one interval and the size bound, or a counted failure
+        try:  # the whole answer within the deadline and the size bound, or a counted failure
             _, body = fetch(request, max(self.interval_ns / 1e9, MIN_SCRAPE_TIMEOUT_S), MAX_METRICS_BYTES)
             text = body.decode("utf-8", "replace")
         except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:

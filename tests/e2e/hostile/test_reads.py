@@ -58,6 +58,14 @@ def test_an_endless_metrics_page_is_refused_with_the_flag_and_a_counted_failure_
         assert BOUND in scraper.last_error and url in scraper.last_error
 
 
+def test_a_busy_engine_s_slow_metrics_page_is_a_scrape_not_a_failure():
+    """llama-server answers /metrics after the prefill it is in: seconds, longer than the 1 s interval."""
+    with HostileTarget(metrics="slow") as target:
+        scraper = MetricsScraper(target.url + "/metrics", 1_000_000_000, time.perf_counter_ns(), KEY)
+        scraper._scrape_once()
+        assert (scraper.scrapes, scraper.failures) == (1, 0), scraper.last_error
+
+
 @pytest.mark.parametrize("path", ["/v1/models", "/metrics"])
 def test_a_redirect_to_another_origin_is_refused_and_the_key_stays_home(path):
     with (
