@@ -159,24 +159,22 @@ def _kept_up(row: dict, req: RequestColumns) -> tuple[bool, str | None]:
 
 
 def _series(req: RequestColumns) -> dict[str, np.ndarray]:
-    """Per metric, the successful requests' values in send order; ITL (per gap) has TPOT's, its
-    per-request counterpart."""
+    """Per request metric, the successful requests' values in send order."""
     order = np.argsort(req.start_ns, kind="stable")
     found = {}
     for name in judge_slo.GOODPUT_METRICS:
         values = req.latency_ns[name][order]
         found[name] = values[req.success[order] & np.isfinite(values) & (values > 0)]
-    for metric in METRICS:
-        if metric.per_gap:
-            found[metric.name] = found["tpot"]
     return found
 
 
 def _dependence(series: dict[str, np.ndarray]) -> dict[str, time_blocks.Dependence]:
     """Per metric, how strongly neighbouring requests' values move together (its log values, by compare's
-    rule). The values' own time, not the quantile indicator's (smaller): on simulated steps at their SLO
-    only the former let the upper bound cover the true p95 about as often as it claims (95% against 88%)."""
-    return {name: time_blocks.dependence({name: np.log(values)}) for name, values in series.items()}
+    rule); ITL (per gap) takes TPOT's, its per-request counterpart. The values' own time, not the quantile
+    indicator's (smaller): on simulated steps at their SLO only the former let the upper bound cover the
+    true p95 about as often as it claims (95% against 88%)."""
+    found = {name: time_blocks.dependence({name: np.log(values)}) for name, values in series.items()}
+    return found | {metric.name: found["tpot"] for metric in METRICS if metric.per_gap}
 
 
 def _effective(count: int, dependence: time_blocks.Dependence) -> int | None:
